@@ -1,0 +1,120 @@
+"""Atom records: MessagePack with one-letter keys and integer enums, and the canonical line.
+
+An atom's structure is a small dict (kind, subject, predicate, object, sentiment, time, …).
+It is stored packed, so the file holds it compactly and every reader agrees on one layout,
+and it is rendered as one short canonical line that is indexed, embedded and shown.
+"""
+
+from __future__ import annotations
+
+import msgpack
+
+from .errors import InvalidInput
+
+# Coded enums. The same codes fill the lookup tables in schema.sql; keep both in step.
+KINDS = {"fact": 0, "preference": 1, "constraint": 2, "event": 3}
+SENTIMENTS = {"neutral": 0, "like": 1, "dislike": 2}
+STATUSES = {"active": 0, "superseded": 1, "conflicting": 2}
+ROLES = {"user": 0, "assistant": 1, "system": 2, "tool": 3}
+STATES = {"pending": 0, "done": 1, "skipped": 2, "failed": 3}
+
+KIND_NAMES = {code: name for name, code in KINDS.items()}
+SENTIMENT_NAMES = {code: name for name, code in SENTIMENTS.items()}
+STATUS_NAMES = {code: name for name, code in STATUSES.items()}
+ROLE_NAMES = {code: name for name, code in ROLES.items()}
+STATE_NAMES = {code: name for name, code in STATES.items()}
+
+# Field name in the Python record -> key in the packed record.
+SHORT_KEYS = {
+    "kind": "k",        # KINDS code
+    "subject": "s",     # who or what the atom is about ("Alice", "backend")
+    "predicate": "p",   # attribute, relation or preference target ("database", "likes")
+    "object": "o",      # value, object or rule ("PostgreSQL", "sci-fi movies")
+    "sentiment": "e",   # SENTIMENTS code, preferences only
+    "domain": "d",      # optional grouping ("food", "movies")
+    "date": "t",        # resolved ISO date of an event ("2023-05-07")
+    "when": "w",        # the time expression as said ("last Wednesday")
+    "outcome": "x",     # an event's result, optional
+    "lang": "l",        # "en" or "zh": the language the atom is written in
+}
+LONG_KEYS = {short: long for long, short in SHORT_KEYS.items()}
+TEXT_FIELDS = ("subject", "predicate", "object", "domain", "date", "when", "outcome", "lang")
+MAX_FIELD_CHARS = 300
+
+
+def validate(record: dict) -> dict:
+    """Return a clean copy of record, or raise InvalidInput naming the bad field."""
+    if not isinstance(record, dict):
+        raise InvalidInput(f"an atom record must be a dict, not {type(record).__name__}")
+    unknown = set(record) - set(SHORT_KEYS)
+    if unknown:
+        raise InvalidInput(f"unknown atom field(s): {', '.join(sorted(unknown))}")
+    kind = record.get("kind")
+    if kind not in KINDS:
+        raise InvalidInput(f"atom field 'kind' must be one of {', '.join(KINDS)}, not {kind!r}")
+    clean: dict = {"kind": kind}
+    for field in TEXT_FIELDS:
+        value = record.get(field)
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise InvalidInput(f"atom field {field!r} must be a string, not {type(value).__name__}")
+        value = " ".join(value.split())
+        if len(value) > MAX_FIELD_CHARS:
+            raise InvalidInput(f"atom field {field!r} is longer than {MAX_FIELD_CHARS} characters")
+        if value:
+            clean[field] = value
+    if not clean.get("object") and not clean.get("predicate"):
+        raise InvalidInput("an atom needs at least an 'object' or a 'predicate'")
+    sentiment = record.get("sentiment", "neutral")
+    if sentiment not in SENTIMENTS:
+        raise InvalidInput(f"atom field 'sentiment' must be one of {', '.join(SENTIMENTS)}, not {sentiment!r}")
+    if sentiment != "neutral":
+        clean["sentiment"] = sentiment
+    return clean
+
+
+def pack(record: dict) -> bytes:
+    """Pack a validated record with short keys and integer enums."""
+    short: dict = {}
+    for field, value in record.items():
+        if field == "kind":
+            value = KINDS[value]
+        elif field == "sentiment":
+            value = SENTIMENTS[value]
+        short[SHORT_KEYS[field]] = value
+    return msgpack.packb(short, use_bin_type=True)
+
+
+def unpack(blob: bytes) -> dict:
+    """The inverse of pack: long field names and enum names."""
+    record: dict = {}
+    for key, value in msgpack.unpackb(blob, raw=False).items():
+        field = LONG_KEYS[key]
+        if field == "kind":
+            value = KIND_NAMES[value]
+        elif field == "sentiment":
+            value = SENTIMENT_NAMES[value]
+        record[field] = value
+    return record
+
+
+def canonical_text(record: dict) -> str:
+    """The one line an atom reads as: subject, predicate and object as a short sentence.
+
+    Chinese parts are joined without spaces ("用户喜欢美式咖啡"), others with one space.
+    Dates are kept out of the line (they live in the record and in the rendered context).
+    """
+    parts = [record[f] for f in ("subject", "predicate", "object") if record.get(f)]
+    if record.get("outcome"):
+        parts.append(f"({record['outcome']})")
+    line = ""
+    for part in parts:
+        if line and not (_is_cjk(line[-1]) and _is_cjk(part[0])):
+            line += " "
+        line += part
+    return line
+
+
+def _is_cjk(ch: str) -> bool:
+    return "\u3400" <= ch <= "\u9fff" or "\uf900" <= ch <= "\ufaff"

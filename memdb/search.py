@@ -1,0 +1,323 @@
+"""Retrieval: query analysis, the fusion SQL, evidence grouping and the prompt-ready context.
+
+The keyword side (FTS5 bm25 with column weights) and the vector side (sqlite-vec KNN in the
+user's partition) are fused in one SQL statement. Afterwards the ranked list is walked once
+so that no two hits stand for the same evidence: an atom whose source turns are already
+covered, or a turn that a kept atom already stands for, does not take a slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import apsw
+import numpy as np
+
+from . import codec, store, text
+from .settings import Settings
+
+log = logging.getLogger("memdb")
+
+LAYERS = ("atoms", "turns", "both")
+FUSIONS = ("weighted", "rrf")
+
+# bm25 column weights: user tag (never scores), subject+predicate, value, whole line, kind.
+ATOM_WEIGHTS = (0.0, 2.0, 2.0, 1.0, 0.3)
+TURN_WEIGHTS = (0.0, 0.5, 1.0)
+
+
+@dataclass
+class Hit:
+    """One search result: an atom or a raw turn, with the L0 turns it stands for."""
+
+    id: int
+    layer: str  # "atom" | "turn"
+    text: str
+    score: float
+    turn_ids: list[int]
+    ts: str  # an event's date, else when it was last said
+    kind: str | None = None  # atoms only
+    status: str | None = None  # atoms only
+    speaker: str | None = None  # turns only
+    conflicts: list[int] = field(default_factory=list)  # atoms that disagree with this one
+
+
+# ---------------------------------------------------------------- query analysis
+
+_TIME = re.compile(
+    r"\b(when|what (time|date|day|year|month)|how long (ago|since)|which (day|year|month|week))\b"
+    r"|什么时候|哪天|哪一天|几号|哪年|哪一年|多久|何时|几月",
+    re.I,
+)
+_PREFERENCE = re.compile(
+    r"\b(like|likes|liked|prefer\w*|favou?rite|enjoy\w*|love\w*|hate\w*|dislike\w*|recommend\w*|"
+    r"into|fan of|taste|hobby|hobbies|interested)\b|喜欢|偏好|爱好|讨厌|推荐|口味|兴趣",
+    re.I,
+)
+_LOOKUP = re.compile(
+    r"^\s*(what|which|who|whom|where|how (many|much|old))\b|\d|\"|“|谁|哪里|哪个|多少|什么|是否",
+    re.I,
+)
+
+
+def intent(query: str) -> str:
+    """A rule-based guess at what the query asks: "time", "preference", "lookup" or "open"."""
+    if _TIME.search(query):
+        return "time"
+    if _PREFERENCE.search(query):
+        return "preference"
+    if _LOOKUP.search(query):
+        return "lookup"
+    return "open"
+
+
+def match_expression(user: str, query: str) -> str | None:
+    """The FTS5 MATCH for query scoped to user, or None when no searchable term is left."""
+    terms = text.fts_query(query)
+    return f'u : "{store.user_tag(user)}" AND ({terms})' if terms else None
+
+
+# ---------------------------------------------------------------- the fusion statement
+
+_EMPTY = "select null as id, null as s where 0"
+
+
+def _keyword_cte(table: str, weights: Sequence[float], enabled: bool) -> str:
+    if not enabled:
+        return _EMPTY
+    w = ", ".join(str(x) for x in weights)
+    return (
+        f'select rowid as id, -bm25("{table}", {w}) as s from "{table}" '
+        f'where "{table}" match :match order by s desc limit :pool'
+    )
+
+
+def _vector_cte(table: str, key: str, enabled: bool, active_filter: str = "") -> str:
+    if not enabled:
+        return _EMPTY
+    return (
+        f'select "{key}" as id, 1.0 - distance as s from "{table}" '
+        f"where embedding match :vector and k = :pool and user = :user{active_filter}"
+    )
+
+
+def _ranked(name: str, source: str) -> str:
+    # Each side is normalised by its best score (so the top hit of each side is 1.0) and ranked.
+    return (
+        f"{name} as (select id, s / nullif((select max(s) from {source}), 0) as n, "
+        f"row_number() over (order by s desc) as r from {source})"
+    )
+
+
+def _fused(layer: str, kw: str, vec: str) -> str:
+    return (
+        f"{layer}_fused as (select c.id, case when :rrf then "
+        f"coalesce(1.0 / (:rrf_k + {kw}.r), 0) + coalesce(1.0 / (:rrf_k + {vec}.r), 0) "
+        f"else :alpha * coalesce({kw}.n, 0) + (1 - :alpha) * coalesce({vec}.n, 0) end as base "
+        f"from (select id from {kw} union select id from {vec}) c "
+        f"left join {kw} using (id) left join {vec} using (id))"
+    )
+
+
+def fusion_sql(*, atoms: bool, turns: bool, keyword: bool, vector: bool, include_superseded: bool) -> str:
+    """One statement that fuses keyword and vector candidates of atoms and/or turns.
+
+    Atom scores are also scaled by confidence and by freshness: a per-kind half-life (no
+    decay for facts and constraints) measured back from the user's latest turn.
+    """
+    active = "" if include_superseded else " and active = 1"
+    statuses = "(0, 1, 2)" if include_superseded else "(0, 2)"
+    ctes = [
+        f"akw as ({_keyword_cte('atoms_fts', ATOM_WEIGHTS, keyword and atoms)})",
+        f"avec as ({_vector_cte('atoms_vec', 'atom_id', vector and atoms, active)})",
+        f"tkw as ({_keyword_cte('turns_fts', TURN_WEIGHTS, keyword and turns)})",
+        f"tvec as ({_vector_cte('turns_vec', 'turn_id', vector and turns)})",
+        _ranked("akw_r", "akw"), _ranked("avec_r", "avec"),
+        _ranked("tkw_r", "tkw"), _ranked("tvec_r", "tvec"),
+        _fused("atom", "akw_r", "avec_r"), _fused("turn", "tkw_r", "tvec_r"),
+        "half_lives(kind, days) as (values (0, :hl_fact), (1, :hl_preference), "
+        "(2, :hl_constraint), (3, :hl_event))",
+    ]
+    atom_select = (
+        "select 'atom' as layer, a.id, a.text, "
+        "f.base * :atom_weight * (0.5 + 0.5 * a.confidence) * case when h.days is null then 1.0 "
+        "else :floor + (1 - :floor) * pow(0.5, max(0, julianday(:now) - julianday(a.last_seen)) / h.days) "
+        "end as score, "
+        "(select group_concat(s.turn_id) from atom_sources s where s.atom_id = a.id) as turn_ids, "
+        "case when a.kind = 3 then a.valid_from else a.last_seen end as ts, "
+        "a.kind, a.status, null as speaker "
+        "from atom_fused f join atoms a on a.id = f.id join half_lives h on h.kind = a.kind "
+        f"where a.user = :user and a.status in {statuses}"
+    )
+    turn_select = (
+        "select 'turn', t.id, t.content, f.base, cast(t.id as text), t.ts, null, null, t.speaker "
+        "from turn_fused f join turns t on t.id = f.id where t.user = :user"
+    )
+    return (
+        "with " + ",\n".join(ctes) + "\n"
+        f"{atom_select}\nunion all\n{turn_select}\norder by score desc limit :pool"
+    )
+
+
+# ---------------------------------------------------------------- search
+
+
+def search(
+    conn: apsw.Connection,
+    query: str,
+    *,
+    user: str,
+    k: int,
+    layer: str,
+    settings: Settings,
+    query_vector: np.ndarray | None,
+    fusion: str | None = None,
+    alpha: float | None = None,
+    include_superseded: bool = False,
+) -> list[Hit]:
+    """Fused, evidence-deduplicated hits for one user. Raises apsw.Error if SQL fails."""
+    fusion = fusion or settings.fusion
+    alpha = settings.alpha.get(intent(query), 0.5) if alpha is None else alpha
+    match = match_expression(user, query)
+    vector_ok = query_vector is not None and store.has_vectors(conn)
+    if match is None and not vector_ok:
+        return []
+    sql = fusion_sql(
+        atoms=layer in ("atoms", "both"),
+        turns=layer in ("turns", "both"),
+        keyword=match is not None,
+        vector=vector_ok,
+        include_superseded=include_superseded,
+    )
+    hl = settings.half_life_days
+    params = {
+        "match": match, "user": user, "pool": max(settings.candidate_pool, 3 * k),
+        "vector": store.as_blob(query_vector) if vector_ok else None,
+        "rrf": fusion == "rrf", "rrf_k": settings.rrf_k, "alpha": alpha,
+        "atom_weight": settings.atom_weight, "floor": settings.freshness_floor,
+        "now": _user_now(conn, user),
+        "hl_fact": hl.get("fact"), "hl_preference": hl.get("preference"),
+        "hl_constraint": hl.get("constraint"), "hl_event": hl.get("event"),
+    }
+    rows = conn.execute(sql, params).fetchall()
+    hits = [_hit(row) for row in rows]
+    hits = distinct_evidence(hits)[:k]
+    _attach_conflicts(conn, hits)
+    return hits
+
+
+def _user_now(conn: apsw.Connection, user: str) -> str:
+    row = conn.execute('select max("ts") from "turns" where "user" = ?', (user,)).fetchone()
+    return row[0] or store.now()
+
+
+def _hit(row: tuple) -> Hit:
+    layer, id_, line, score, turn_ids, ts, kind, status, speaker = row
+    return Hit(
+        id=id_, layer=layer, text=line, score=float(score or 0.0),
+        turn_ids=sorted(int(t) for t in str(turn_ids).split(",")) if turn_ids else [],
+        ts=ts, kind=codec.KIND_NAMES.get(kind), status=codec.STATUS_NAMES.get(status),
+        speaker=speaker,
+    )
+
+
+def distinct_evidence(hits: list[Hit]) -> list[Hit]:
+    """Keep hits in rank order, dropping any whose turns are all covered by kept hits."""
+    covered: set[int] = set()
+    kept = []
+    for hit in hits:
+        if hit.turn_ids and covered.issuperset(hit.turn_ids):
+            continue
+        covered.update(hit.turn_ids)
+        kept.append(hit)
+    return kept
+
+
+def _attach_conflicts(conn: apsw.Connection, hits: list[Hit]) -> None:
+    for hit in hits:
+        if hit.layer == "atom" and hit.status == "conflicting":
+            hit.conflicts = [
+                other
+                for (other,) in conn.execute(
+                    'select "other_id" from "atom_conflicts" where "atom_id" = ? '
+                    'union select "atom_id" from "atom_conflicts" where "other_id" = ?',
+                    (hit.id, hit.id),
+                )
+            ]
+
+
+# ---------------------------------------------------------------- context
+
+
+def render_line(hit: Hit) -> str:
+    """One context line: date · kind · text (turns: date · speaker: words)."""
+    date = (hit.ts or "")[:10]
+    if hit.layer == "atom":
+        return f"{date} · {hit.kind} · {hit.text}"
+    said = " ".join(hit.text.split())
+    return f"{date} · {hit.speaker or 'said'}: {said}"
+
+
+def context(
+    hits: list[Hit],
+    related: Callable[[Hit], list[Hit]],
+    *,
+    budget: int,
+    count_tokens: Callable[[str], int],
+) -> str:
+    """The best hits as prompt-ready lines under budget tokens, most useful first.
+
+    After each atom come its conflicting partners and, while the budget allows, closely
+    related atoms (same source turn or subject), so "likes sci-fi" arrives together with
+    "watched Interstellar twice".
+    """
+    lines: list[str] = []
+    used = 0
+    shown: set[tuple[str, int]] = set()
+    for hit in hits:
+        group = [hit] + (related(hit) if hit.layer == "atom" else [])
+        for member in group:
+            key = (member.layer, member.id)
+            if key in shown:
+                continue
+            line = render_line(member)
+            if member.status == "conflicting":
+                line += " (conflicts with another statement; ask which holds)"
+            cost = count_tokens(line + "\n")
+            if used + cost > budget:
+                continue
+            shown.add(key)
+            lines.append(line)
+            used += cost
+    return "\n".join(lines)
+
+
+def related_atoms(conn: apsw.Connection, hit: Hit, *, limit: int = 3) -> list[Hit]:
+    """Active atoms close to an atom hit: its conflicting partners first, then atoms sharing a
+    source turn, then atoms about the same subject."""
+    if hit.layer != "atom":
+        return []
+    rows = conn.execute(
+        """
+        with me as (select "user", "record" from "atoms" where "id" = :id),
+        linked as (
+            select "other_id" as id, 0 as rank from "atom_conflicts" where "atom_id" = :id
+            union select "atom_id", 0 from "atom_conflicts" where "other_id" = :id
+            union select s2."atom_id", 1 from "atom_sources" s1
+                join "atom_sources" s2 on s2."turn_id" = s1."turn_id"
+                where s1."atom_id" = :id and s2."atom_id" != :id
+        )
+        select 'atom', a."id", a."text", 0.0,
+               (select group_concat(s."turn_id") from "atom_sources" s where s."atom_id" = a."id"),
+               case when a."kind" = 3 then a."valid_from" else a."last_seen" end,
+               a."kind", a."status", null
+        from linked l join "atoms" a on a."id" = l.id
+        where a."user" = (select "user" from me) and a."status" in (0, 2)
+        group by a."id" order by min(l.rank), a."last_seen" desc limit :limit
+        """,
+        {"id": hit.id, "limit": limit},
+    ).fetchall()
+    return [_hit(row) for row in rows]

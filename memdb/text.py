@@ -1,0 +1,91 @@
+"""Language-aware text helpers shared by indexing and querying.
+
+FTS5's unicode61 tokenizer keeps a run of Chinese characters as one token, so "咖啡" inside
+"我喜欢喝咖啡" would never match. memdb therefore indexes a *segmented copy* of the text:
+every CJK run is rewritten as its single characters plus its overlapping bigrams, separated
+by spaces, and the same function segments queries. The copy is plain text in a plain FTS5
+column, so a stock sqlite3 shell can search it too (segment the query the same way).
+"""
+
+from __future__ import annotations
+
+import re
+
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+_WORD = re.compile(f"[{_CJK}]+|[^\\W_]+(?:['’][^\\W_]+)?", re.UNICODE)
+
+# Words that carry no meaning for retrieval. Kept short on purpose: a query word that is
+# dropped can never match, so only words that appear in almost every turn belong here.
+STOP_WORDS = frozenset(
+    """a an the and or but if of to in on at by for with from as is am are was were be been being
+    do does did done have has had having i me my mine we us our you your yours he him his she her
+    it its they them their this that these those there here what which who whom whose when where
+    why how can could would should will shall may might must not no so than then too very just
+    about into over after before again also any some all each more most other such only own same
+    s t don doesn didn isn aren wasn weren won wouldn ll re ve d m o y up out off down
+    yeah yes oh ok okay hey hi hello wow really thanks thank lol""".split()
+)
+ZH_STOP_CHARS = frozenset("的了是在我你他她它们吗呢吧啊哦嗯和与就都也还这那有个")
+
+
+def is_cjk(ch: str) -> bool:
+    return bool(_CJK_RUN.fullmatch(ch))
+
+
+def has_cjk(text: str) -> bool:
+    return _CJK_RUN.search(text) is not None
+
+
+def segment(text: str) -> str:
+    """The copy of text that goes into an FTS5 column: CJK runs as unigrams plus bigrams."""
+    return _CJK_RUN.sub(lambda m: f" {_cjk_grams(m.group())} ", text)
+
+
+def _cjk_grams(run: str) -> str:
+    bigrams = [run[i : i + 2] for i in range(len(run) - 1)]
+    return " ".join(list(run) + bigrams)
+
+
+def terms(text: str) -> list[str]:
+    """Content terms of text in order, deduplicated: lowercased words without stop words,
+    and for Chinese the bigrams of each run (a lone character when the run has one)."""
+    seen: dict[str, None] = {}
+    for match in _WORD.finditer(text):
+        word = match.group()
+        if _CJK_RUN.fullmatch(word):
+            grams = [word] if len(word) == 1 else [word[i : i + 2] for i in range(len(word) - 1)]
+            for gram in grams:
+                if not all(ch in ZH_STOP_CHARS for ch in gram):
+                    seen.setdefault(gram, None)
+            continue
+        word = word.lower().replace("’", "'")
+        if word.endswith("'s"):
+            word = word[:-2]
+        if word and word not in STOP_WORDS and not word.isdigit() or (word.isdigit() and len(word) >= 2):
+            seen.setdefault(word, None)
+    return list(seen)
+
+
+def fts_query(text: str, max_terms: int = 32) -> str | None:
+    """A safe FTS5 MATCH expression for free text: content terms, each quoted, joined by OR.
+
+    Quoting makes every operator character (quotes, *, :, NEAR, parentheses) literal, so no
+    user text can raise an FTS syntax error. None when nothing searchable is left.
+    """
+    quoted = [_quote(t) for t in terms(text)[:max_terms]]
+    quoted = [q for q in quoted if q]
+    return " OR ".join(quoted) if quoted else None
+
+
+def _quote(term: str) -> str:
+    term = "".join(ch for ch in term if ch.isprintable())
+    return '"' + term.replace('"', '""') + '"' if term else ""
+
+
+def approx_tokens(text: str) -> int:
+    """A tokenizer-free token estimate: one per CJK character, about 4 characters per token
+    otherwise. Used only when the extraction model's tokenizer is unavailable."""
+    cjk = sum(len(m.group()) for m in _CJK_RUN.finditer(text))
+    rest = len(text) - cjk
+    return cjk + (rest + 3) // 4

@@ -1,0 +1,148 @@
+-- memdb file layout, version 1. This file is the one source of the database layout:
+-- memdb/store.py runs it on a new file and steps `user_version` forward with migrations.
+-- Everything a reader needs is readable from a stock sqlite3 shell: coded enums have lookup
+-- tables and the *_v views show names instead of codes. Only the vec0 tables (vectors) need
+-- the sqlite-vec extension.
+
+pragma application_id = 1835363684;  -- 0x6d656d64, "memd"
+
+-- ---------------------------------------------------------------- lookup tables
+-- Codes match memdb/codec.py.
+create table "kinds" ("code" integer primary key, "name" text not null unique);
+insert into "kinds" values (0, 'fact'), (1, 'preference'), (2, 'constraint'), (3, 'event');
+
+create table "sentiments" ("code" integer primary key, "name" text not null unique);
+insert into "sentiments" values (0, 'neutral'), (1, 'like'), (2, 'dislike');
+
+create table "statuses" ("code" integer primary key, "name" text not null unique);
+insert into "statuses" values (0, 'active'), (1, 'superseded'), (2, 'conflicting');
+
+create table "roles" ("code" integer primary key, "name" text not null unique);
+insert into "roles" values (0, 'user'), (1, 'assistant'), (2, 'system'), (3, 'tool');
+
+create table "states" ("code" integer primary key, "name" text not null unique);
+insert into "states" values (0, 'pending'), (1, 'done'), (2, 'skipped'), (3, 'failed');
+
+-- ---------------------------------------------------------------- meta
+-- schema_version, embedder_name, embedder_dim, llm_name, llm_sha256, created_at.
+create table "meta" ("key" text primary key, "value" text) without rowid;
+
+-- ---------------------------------------------------------------- L0: raw turns
+-- Append-only ground truth. Content is never updated; only forget() deletes rows.
+create table "turns" (
+    "id" integer primary key,
+    "user" text not null,
+    "session" text not null,
+    "seq" integer not null,                       -- position in the session, from 1
+    "role" integer not null references "roles" ("code"),
+    "speaker" text,                               -- the speaker's name, when known
+    "content" text not null,                      -- verbatim
+    "ts" text not null,                           -- when it was said (ISO 8601, UTC when known)
+    "created_at" text not null,                   -- when it was stored
+    "state" integer not null default 0 references "states" ("code"),  -- extraction state
+    "reason" text,                                -- why extraction skipped or failed it
+    unique ("user", "session", "seq")
+);
+create index "turns_by_user_ts" on "turns" ("user", "ts");
+create index "turns_pending" on "turns" ("user", "session", "seq") where "state" = 0;
+
+create trigger "turns_append_only"
+before update of "id", "user", "session", "seq", "role", "speaker", "content", "ts", "created_at"
+on "turns"
+begin
+    select raise(abort, 'memdb: L0 turns are append-only; only the extraction state changes');
+end;
+
+-- ---------------------------------------------------------------- L1: atoms
+create table "atoms" (
+    "id" integer primary key,
+    "user" text not null,
+    "kind" integer not null references "kinds" ("code"),
+    "record" blob not null,                       -- MessagePack: short keys, integer enums (codec.py)
+    "text" text not null,                         -- the canonical one-line text made from record
+    "keywords" text not null default '',          -- space-separated content terms
+    "confidence" real not null check ("confidence" between 0 and 1),
+    "seen" integer not null default 1,            -- times stated (merges add one)
+    "first_seen" text not null,                   -- ts of the first source turn
+    "last_seen" text not null,                    -- ts of the latest source turn
+    "valid_from" text,                            -- when it holds in the world (an event's date)
+    "valid_to" text,                              -- set when superseded
+    "status" integer not null default 0 references "statuses" ("code"),
+    "superseded_by" integer references "atoms" ("id") on delete set null,
+    "created_at" text not null
+);
+create index "atoms_by_user" on "atoms" ("user", "status", "kind");
+create index "atoms_superseded_by" on "atoms" ("superseded_by") where "superseded_by" is not null;
+
+-- Every atom points to the L0 turns it came from.
+create table "atom_sources" (
+    "atom_id" integer not null references "atoms" ("id") on delete cascade,
+    "turn_id" integer not null references "turns" ("id") on delete cascade,
+    primary key ("atom_id", "turn_id")
+) without rowid;
+create index "atom_sources_by_turn" on "atom_sources" ("turn_id");
+
+-- Active atoms that disagree on comparable evidence: both stay, shown together.
+create table "atom_conflicts" (
+    "atom_id" integer not null references "atoms" ("id") on delete cascade,
+    "other_id" integer not null references "atoms" ("id") on delete cascade,
+    "detected_at" text not null,
+    primary key ("atom_id", "other_id")
+) without rowid;
+
+-- ---------------------------------------------------------------- full-text indexes
+-- Each holds a segmented copy of the text (memdb/text.py: CJK runs as unigrams + bigrams),
+-- written in the same transaction as the row, with rowid = the row's id. "u" is a token
+-- derived from the user ("u" + 16 hex digits) so a match can be scoped to one user inside
+-- FTS5; its bm25 weight is 0. To search by hand: segment the query the same way.
+create virtual table "atoms_fts" using fts5(
+    "u", "subject", "value", "body", "kind",
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+create virtual table "turns_fts" using fts5(
+    "u", "speaker", "content",
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+
+-- ---------------------------------------------------------------- readable views
+create view "turns_v" as
+select t."id", t."user", t."session", t."seq", r."name" as "role", t."speaker", t."content",
+       t."ts", t."created_at", s."name" as "state", t."reason"
+from "turns" t
+join "roles" r on r."code" = t."role"
+join "states" s on s."code" = t."state";
+
+create view "atoms_v" as
+select a."id", a."user", k."name" as "kind", a."text", st."name" as "status",
+       a."superseded_by", a."confidence", a."seen", a."first_seen", a."last_seen",
+       a."valid_from", a."valid_to", a."keywords",
+       (select group_concat(s."turn_id", ',') from "atom_sources" s where s."atom_id" = a."id")
+           as "turn_ids",
+       a."created_at"
+from "atoms" a
+join "kinds" k on k."code" = a."kind"
+join "statuses" st on st."code" = a."status";
+
+create view "atom_sources_v" as
+select s."atom_id", a."text" as "atom", s."turn_id", t."session", t."speaker",
+       t."content" as "turn", t."ts"
+from "atom_sources" s
+join "atoms" a on a."id" = s."atom_id"
+join "turns" t on t."id" = s."turn_id";
+
+-- ---------------------------------------------------------------- vectors
+-- Created once the embedder's dimension is known (store.py substitutes {dim}); rebuilt by
+-- reembed. Cosine distance; the user is the partition key so a KNN scans one user's vectors.
+-- (vec0 does not accept quoted column names.)
+-- [vectors]
+create virtual table "atoms_vec" using vec0(
+    atom_id integer primary key,
+    user text partition key,
+    active integer,
+    embedding float[{dim}] distance_metric=cosine
+);
+create virtual table "turns_vec" using vec0(
+    turn_id integer primary key,
+    user text partition key,
+    embedding float[{dim}] distance_metric=cosine
+);

@@ -1,0 +1,44 @@
+"""Shared fixtures: temporary files and a small deterministic embedder for fast tests."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+import memdb
+from memdb import text
+
+
+class HashEmbedder:
+    """Bag-of-terms vectors by feature hashing: texts sharing terms are similar, others not."""
+
+    def __init__(self, dim: int = 64, name: str = "hash-test") -> None:
+        self.dim = dim
+        self.name = name
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, line in enumerate(texts):
+            for term in text.terms(line) or ["<empty>"]:
+                digest = hashlib.blake2b(term.encode(), digest_size=8).digest()
+                out[row, digest[0] % self.dim] += 1.0 if digest[1] % 2 else -1.0
+            out[row] /= np.linalg.norm(out[row]) or 1.0
+        return out
+
+
+@pytest.fixture
+def embedder() -> HashEmbedder:
+    return HashEmbedder()
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return tmp_path / "test.db"
+
+
+@pytest.fixture
+def mem(db_path, embedder):
+    with memdb.open(db_path, embedder=embedder, extract="defer") as m:
+        yield m

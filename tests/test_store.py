@@ -1,0 +1,175 @@
+"""The file itself: schema, migrations, append-only L0, FTS (English and Chinese), vec0, views."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+
+import apsw
+import pytest
+
+import memdb
+from memdb import store
+from tests.conftest import HashEmbedder
+
+ALICE = [
+    {"role": "user", "name": "Alice", "content": "We use PostgreSQL and write all SQL by hand.", "ts": "2026-10-05T10:00:00"},
+    {"role": "assistant", "content": "Got it, no ORM then.", "ts": "2026-10-05T10:00:05"},
+    {"role": "user", "name": "Alice", "content": "我喜欢喝咖啡，数据平台很稳定。", "ts": "2026-10-06T09:00:00"},
+]
+
+
+def test_new_file_has_schema_meta_and_ids(mem, db_path):
+    conn = mem.conn
+    assert store.APPLICATION_ID == conn.execute("pragma application_id").fetchone()[0]
+    assert store.SCHEMA_VERSION == conn.execute("pragma user_version").fetchone()[0]
+    assert "wal" == conn.execute("pragma journal_mode").fetchone()[0]
+    assert 1 == conn.execute("pragma foreign_keys").fetchone()[0]
+    assert str(store.SCHEMA_VERSION) == store.get_meta(conn, "schema_version")
+    assert "hash-test" == store.get_meta(conn, "embedder_name")
+    assert "64" == store.get_meta(conn, "embedder_dim")
+    names = {r[0] for r in conn.execute("select name from sqlite_schema")}
+    assert {"turns", "atoms", "atom_sources", "atoms_fts", "turns_fts", "atoms_vec", "turns_vec",
+            "atoms_v", "turns_v", "kinds", "sentiments", "statuses", "roles", "states", "meta"} <= names
+
+
+def test_add_returns_ids_in_order_and_stores_verbatim(mem):
+    ids = mem.add(ALICE, user="alice", session="s1")
+    assert 3 == len(ids) and ids == sorted(ids)
+    rows = mem.turns(ids)
+    assert [m["content"] for m in ALICE] == [r["content"] for r in rows]
+    assert [1, 2, 3] == [r["seq"] for r in rows]
+    assert ["user", "assistant", "user"] == [r["role"] for r in rows]
+    assert "2026-10-05T10:00:00" == rows[0]["ts"]
+    assert ["pending"] * 3 == [r["state"] for r in rows]
+    more = mem.add([{"role": "user", "content": "later"}], user="alice", session="s1")
+    assert 4 == mem.turns(more)[0]["seq"]
+
+
+def test_timezone_aware_ts_is_stored_in_utc(mem):
+    (tid,) = mem.add([{"content": "x", "ts": "2026-10-05T12:00:00+02:00"}], user="u")
+    assert "2026-10-05T10:00:00" == mem.turns([tid])[0]["ts"]
+
+
+def test_turn_content_is_append_only(mem):
+    (tid,) = mem.add([{"content": "the original words"}], user="alice")
+    with pytest.raises(apsw.ConstraintError, match="append-only"):
+        mem.conn.execute('update "turns" set "content" = ? where "id" = ?', ("rewritten", tid))
+    assert "the original words" == mem.turns([tid])[0]["content"]
+
+
+@pytest.mark.parametrize("query, expected_index", [("咖啡", 2), ("数据", 2), ("PostgreSQL", 0), ("postgres sql hand", 0)])
+def test_keyword_search_finds_english_and_chinese_words(db_path, query, expected_index):
+    with memdb.open(db_path, embedder=None, extract="defer") as mem:
+        ids = mem.add(ALICE, user="alice")
+        hits = mem.search(query, user="alice", layer="turns")
+    assert hits and ids[expected_index] == hits[0].id
+
+
+def test_chinese_two_characters_not_matched_across_words(db_path):
+    with memdb.open(db_path, embedder=None, extract="defer") as mem:
+        mem.add([{"content": "我喜欢喝咖啡"}], user="u")
+        assert [] == mem.search("啡我", user="u", layer="turns")
+
+
+def test_vector_knn_is_scoped_by_user(mem):
+    mem.add([{"content": "my cat is called Miso"}], user="alice")
+    (bob_turn,) = mem.add([{"content": "my cat is called Miso"}], user="bob")
+    query = store.as_blob(mem.embedder.embed(["cat Miso"])[0])
+    rows = mem.conn.execute(
+        "select turn_id from turns_vec where embedding match ? and k = 10 and user = ?", (query, "bob")
+    ).fetchall()
+    assert [(bob_turn,)] == rows
+    hits = mem.search("cat Miso", user="bob")
+    assert [bob_turn] == [h.id for h in hits]
+
+
+def test_views_are_readable_without_extensions(mem, db_path):
+    mem.add(ALICE, user="alice", session="s1")
+    mem.conn.execute("pragma wal_checkpoint(truncate)")
+    # Python's own sqlite3 module: a stock SQLite with neither apsw nor sqlite-vec.
+    plain = sqlite3.connect(db_path)
+    rows = plain.execute("select role, state, content from turns_v order by id").fetchall()
+    plain.close()
+    assert ("user", "pending", ALICE[0]["content"]) == rows[0]
+    if shutil.which("sqlite3"):
+        out = subprocess.run(["sqlite3", str(db_path), "select role, speaker from turns_v order by id limit 1; "
+                              "select count(*) from atoms_v; select name from kinds order by code;"],
+                             capture_output=True, text=True, check=True).stdout
+        assert "user|Alice\n0\nfact\npreference\nconstraint\nevent\n" == out
+
+
+def test_fts_is_searchable_from_stock_sqlite(mem, db_path):
+    (tid,) = mem.add([{"content": "我喜欢喝咖啡"}], user="alice")
+    mem.conn.execute("pragma wal_checkpoint(truncate)")
+    plain = sqlite3.connect(db_path)
+    rows = plain.execute("select rowid from turns_fts where turns_fts match ?", ('"咖啡"',)).fetchall()
+    plain.close()
+    assert [(tid,)] == rows
+
+
+def test_newer_schema_is_refused_and_file_untouched(db_path):
+    memdb.open(db_path, embedder=None).close()
+    conn = apsw.Connection(str(db_path))
+    conn.execute("pragma user_version = 99")
+    conn.close()
+    before = db_path.read_bytes()
+    with pytest.raises(memdb.SchemaError, match="newer"):
+        memdb.open(db_path, embedder=None)
+    assert before == db_path.read_bytes()
+
+
+def test_foreign_sqlite_file_is_refused(tmp_path):
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("create table t (x)")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(memdb.SchemaError, match="not a memdb file"):
+        memdb.open(path, embedder=None)
+    assert before == path.read_bytes()
+
+
+def test_text_file_is_refused_untouched(tmp_path):
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"just some notes, not a database at all\n" * 200)
+    before = path.read_bytes()
+    with pytest.raises(memdb.SchemaError, match="not a readable SQLite file"):
+        memdb.open(path, embedder=None)
+    assert before == path.read_bytes()
+
+
+def test_embedder_dimension_mismatch_says_both(db_path):
+    memdb.open(db_path, embedder=HashEmbedder(64)).close()
+    with pytest.raises(memdb.EmbedderMismatch) as err:
+        memdb.open(db_path, embedder=HashEmbedder(32, name="small"))
+    assert "64-dimensional" in str(err.value) and "32-dimensional" in str(err.value)
+
+
+def test_reembed_rebuilds_vectors_only(db_path):
+    with memdb.open(db_path, embedder=HashEmbedder(64), extract="defer") as mem:
+        ids = mem.add(ALICE, user="alice")
+    with memdb.open(db_path, embedder=None, extract="defer") as mem:
+        assert 3 == mem.reembed(HashEmbedder(32, name="small"))
+        assert ("small", "32") == (store.get_meta(mem.conn, "embedder_name"), store.get_meta(mem.conn, "embedder_dim"))
+        assert 3 == mem.conn.execute("select count(*) from turns_vec").fetchone()[0]
+        assert [m["content"] for m in ALICE] == [r["content"] for r in mem.turns(ids)]
+    with memdb.open(db_path, embedder=HashEmbedder(32, name="small"), extract="defer") as mem:
+        assert ids[2] == mem.search("咖啡", user="alice", layer="turns")[0].id
+
+
+def test_memory_file_works(embedder):
+    with memdb.open(":memory:", embedder=embedder, extract="defer") as mem:
+        mem.add([{"content": "in memory only"}], user="u")
+        assert 1 == mem.stats()["turns"]
+
+
+def test_stats_counts(mem):
+    mem.add(ALICE, user="alice")
+    mem.add([{"content": "hello"}], user="bob")
+    stats = mem.stats(user="alice")
+    assert 3 == stats["turns"] and {"pending": 3} == stats["turns_by_state"]
+    assert 0 == stats["atoms"] and not stats["keyword_only"]
+    assert 2 == mem.stats()["users"]
