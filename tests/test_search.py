@@ -1,0 +1,187 @@
+"""Retrieval: fusion SQL (both modes), sanitising, Chinese, scoping, superseded atoms,
+evidence dedup, grouped recall, budgeted context, profile, events and degradation."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import memdb
+from memdb import codec, lifecycle, search, store
+
+
+def add_atom(mem, user: str, record: dict, turn_ids: list[int], confidence: float = 0.9) -> int:
+    """Store an atom as extraction would: its time is its latest source turn's."""
+    record = codec.validate(record)
+    ts = max(t["ts"] for t in mem.turns(turn_ids))
+    vector = mem.embedder.embed([codec.canonical_text(record)])[0] if mem.embedder else None
+    with store.write(mem.conn):
+        return lifecycle.absorb(mem.conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids,
+                                ts=ts, vector=vector, settings=mem.settings)[1]
+
+
+@pytest.fixture
+def alice(mem):
+    turns = mem.add([
+        {"content": "We use PostgreSQL for everything, and Go on the backend.", "ts": "2026-10-01T10:00:00"},
+        {"content": "I really love science fiction films like Interstellar.", "ts": "2026-10-02T10:00:00"},
+        {"content": "Never touch the auth module, the mobile app depends on it.", "ts": "2026-10-03T10:00:00"},
+        {"content": "我喜欢喝美式咖啡。", "ts": "2026-10-04T10:00:00"},
+        {"content": "We shipped v2 last Wednesday.", "ts": "2026-10-05T10:00:00"},
+    ], user="alice", session="s1")
+    atoms = {
+        "db": add_atom(mem, "alice", {"kind": "fact", "subject": "backend", "predicate": "database is", "object": "PostgreSQL"}, [turns[0]]),
+        "go": add_atom(mem, "alice", {"kind": "fact", "subject": "backend", "predicate": "language is", "object": "Go"}, [turns[0]]),
+        "scifi": add_atom(mem, "alice", {"kind": "preference", "subject": "Alice", "predicate": "likes", "object": "science fiction films", "sentiment": "like"}, [turns[1]]),
+        "auth": add_atom(mem, "alice", {"kind": "constraint", "subject": "auth module", "predicate": "must not be changed", "object": "mobile app depends on it"}, [turns[2]]),
+        "coffee": add_atom(mem, "alice", {"kind": "preference", "subject": "Alice", "predicate": "喜欢", "object": "美式咖啡", "sentiment": "like", "lang": "zh"}, [turns[3]]),
+        "v2": add_atom(mem, "alice", {"kind": "event", "subject": "team", "predicate": "shipped", "object": "v2", "date": "2026-09-30", "when": "last Wednesday"}, [turns[4]]),
+    }
+    return turns, atoms
+
+
+@pytest.mark.parametrize("fusion", ["weighted", "rrf"])
+def test_both_fusion_modes_rank_the_matching_atom_first(mem, alice, fusion):
+    _, atoms = alice
+    hits = mem.search("which database does the backend use", user="alice", layer="atoms", fusion=fusion)
+    assert atoms["db"] == hits[0].id
+    assert "atom" == hits[0].layer and hits[0].score > 0
+
+
+def test_fusion_sql_is_one_statement_with_both_sides():
+    sql = search.fusion_sql(atoms=True, turns=True, keyword=True, vector=True, include_superseded=False)
+    assert 1 == sql.count("with ") and "atoms_fts" in sql and "atoms_vec" in sql and "turns_vec" in sql
+    assert "k = :pool" in sql and "user = :user" in sql
+
+
+def test_weighted_alpha_moves_between_keyword_and_vector(mem, alice):
+    keyword_only = mem.search("PostgreSQL", user="alice", layer="atoms", alpha=1.0)
+    vector_only = mem.search("PostgreSQL", user="alice", layer="atoms", alpha=0.0)
+    assert keyword_only[0].text == vector_only[0].text == "backend database is PostgreSQL"
+    assert pytest.approx(1.0, rel=0.2) == keyword_only[0].score / 0.95  # keyword top is normalised to 1
+
+
+@pytest.mark.parametrize("query", [
+    '"', '""', "NEAR(a b)", "a AND OR NOT b", "*", "content:foo", "u:alice", "(((", ")", "^start",
+    "'; drop table turns; --", "x" * 100_000, "!!!???...", "🎉🔥💯", "\x00", "foo\x00bar", "\ud800",
+    "。，、！？", "", "   ", "-", "a:b:c", "{u content}: x", "NOT", "AND", "col : \"x\" *",
+])
+def test_hostile_queries_never_raise(mem, alice, query):
+    for layer in ("atoms", "turns", "both"):
+        assert isinstance(mem.search(query, user="alice", layer=layer), list)
+    assert isinstance(mem.context(query, user="alice", budget=50), str)
+
+
+def test_chinese_query_finds_chinese_atom(mem, alice):
+    _, atoms = alice
+    hits = mem.search("咖啡", user="alice", layer="atoms")
+    assert atoms["coffee"] == hits[0].id
+
+
+def test_search_is_scoped_to_user(mem, alice):
+    (bob_turn,) = mem.add([{"content": "Bob also uses PostgreSQL and likes coffee 咖啡"}], user="bob")
+    bob_atom = add_atom(mem, "bob", {"kind": "fact", "subject": "Bob", "predicate": "database is", "object": "PostgreSQL"}, [bob_turn])
+    for layer in ("atoms", "turns", "both"):
+        hits = mem.search("PostgreSQL coffee 咖啡", user="bob", layer=layer)
+        assert hits and all(h.turn_ids == [bob_turn] for h in hits)
+    assert bob_atom not in [h.id for h in mem.search("PostgreSQL", user="alice", layer="atoms")]
+
+
+def test_superseded_atoms_are_excluded_unless_asked(mem, alice):
+    _, atoms = alice
+    with store.write(mem.conn):
+        store.set_atom_status(mem.conn, atoms["db"], "superseded")
+    assert atoms["db"] not in [h.id for h in mem.search("PostgreSQL database", user="alice", layer="atoms")]
+    hits = mem.search("PostgreSQL database", user="alice", layer="atoms", include_superseded=True)
+    assert atoms["db"] == hits[0].id and "superseded" == hits[0].status
+
+
+def test_both_layer_never_spends_two_slots_on_one_turn(mem, alice):
+    turns, atoms = alice
+    hits = mem.search("backend PostgreSQL Go database language", user="alice", layer="both", k=5)
+    covering_first_turn = [h for h in hits if h.turn_ids == [turns[0]]]
+    assert 1 == len(covering_first_turn)
+
+
+def test_unextracted_turns_are_found_in_both_layer(mem, alice):
+    (tid,) = mem.add([{"content": "My sister Mira lives in Lisbon."}], user="alice")
+    hits = mem.search("where does Mira live", user="alice", layer="both")
+    assert [tid] == hits[0].turn_ids and "turn" == hits[0].layer
+
+
+def test_context_respects_budget_and_renders_dates(mem, alice):
+    block = mem.context("what database and language does the backend use", user="alice", budget=30, layer="atoms")
+    lines = block.splitlines()
+    assert lines and lines[0].startswith("2026-10-01 · fact · backend")
+    assert sum(mem.count_tokens(line + "\n") for line in lines) <= 30
+    assert len(mem.context("backend", user="alice", budget=1000).splitlines()) > len(lines)
+
+
+def test_context_groups_atoms_from_the_same_turn(mem, alice):
+    block = mem.context("PostgreSQL", user="alice", budget=200, layer="atoms", k=1)
+    assert "backend database is PostgreSQL" in block and "backend language is Go" in block
+
+
+def test_context_shows_conflicting_atoms_together(mem, alice):
+    turns, atoms = alice
+    (tid,) = mem.add([{"content": "Actually we use MySQL", "ts": "2026-10-01T10:00:00"}], user="alice")
+    other = add_atom(mem, "alice", {"kind": "fact", "subject": "backend", "predicate": "database is", "object": "MySQL"}, [tid])
+    with store.write(mem.conn):
+        for atom_id in (atoms["db"], other):
+            store.set_atom_status(mem.conn, atom_id, "conflicting")
+        mem.conn.execute("insert into atom_conflicts values (?, ?, ?)", (atoms["db"], other, "2026-10-01T10:00:00"))
+    block = mem.context("PostgreSQL", user="alice", budget=300, layer="atoms", k=1)
+    assert "PostgreSQL" in block and "MySQL" in block and "conflicts" in block
+
+
+def test_profile_and_events(mem, alice):
+    _, atoms = alice
+    profile = mem.profile("alice")
+    assert {atoms[k] for k in ("db", "go", "scifi", "auth", "coffee")} == {a.id for a in profile}
+    events = mem.events("alice")
+    assert [atoms["v2"]] == [a.id for a in events] and "2026-09-30" == events[0].valid_from
+    assert [] == mem.events("alice", since="2026-10-01")
+
+
+def test_intent_classifier():
+    assert "time" == search.intent("When did Caroline go to the support group?")
+    assert "time" == search.intent("v2 什么时候发布的？")
+    assert "preference" == search.intent("Any movie you would recommend?")
+    assert "lookup" == search.intent("What database do we use?")
+    assert "open" == search.intent("tell me something fun")
+
+
+def test_vector_failure_falls_back_to_keywords(mem, alice, caplog):
+    _, atoms = alice
+    mem.conn.execute("drop table atoms_vec")
+    mem.conn.execute("create table atoms_vec (atom_id, user, active, embedding)")  # a broken vec table
+    with caplog.at_level(logging.WARNING, logger="memdb"):
+        hits = mem.search("PostgreSQL", user="alice", layer="atoms")
+    assert atoms["db"] == hits[0].id
+    assert "keywords only" in caplog.text
+    with pytest.raises(memdb.SearchError):
+        mem.search("PostgreSQL", user="alice", layer="atoms", strict=True)
+
+
+def test_both_sides_failing_returns_empty_and_logs(mem, alice, caplog):
+    mem.conn.execute("drop table atoms_vec")
+    mem.conn.execute("drop table atoms_fts")
+    with caplog.at_level(logging.ERROR, logger="memdb"):
+        assert [] == mem.search("PostgreSQL", user="alice", layer="atoms")
+    assert "returning nothing" in caplog.text
+
+
+def test_keyword_only_memory_searches(db_path):
+    with memdb.open(db_path, embedder=None, extract="defer") as mem:
+        (tid,) = mem.add([{"content": "The staging server is called Hermes."}], user="u")
+        assert [tid] == [h.id for h in mem.search("Hermes", user="u")]
+        assert mem.stats()["keyword_only"]
+
+
+def test_bad_search_arguments_name_the_field(mem):
+    for kwargs, field in [({"k": 0}, "k"), ({"layer": "all"}, "layer"), ({"fusion": "max"}, "fusion"),
+                          ({"alpha": 2}, "alpha"), ({"user": 3}, "user")]:
+        args = {"user": "alice", **kwargs}
+        with pytest.raises(memdb.InvalidInput, match=field):
+            mem.search("x", **args)
