@@ -385,7 +385,7 @@ def _check_message(message: object, where: str, default_ts: str) -> dict:
         raise InvalidInput(f"{where}.content has {len(content)} characters; the limit is {MAX_CONTENT_CHARS}")
     _check_text(content, f"{where}.content")
     role = message.get("role", "user")
-    if role not in codec.ROLES:
+    if not isinstance(role, str) or role not in codec.ROLES:  # a list or dict role is unhashable
         raise InvalidInput(f"{where}.role {str(role)[:40]!r} is not one of {', '.join(codec.ROLES)}")
     name = message.get("name")
     if name is not None:
