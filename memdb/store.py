@@ -90,6 +90,10 @@ def _check_file(conn: apsw.Connection, path: str) -> None:
 
 
 def _create_or_migrate(conn: apsw.Connection) -> None:
+    # A file already at this version is only read: opening it writes nothing, so a file that
+    # turns out to be damaged later is left exactly as it was found.
+    if conn.execute("pragma user_version").fetchone()[0] == SCHEMA_VERSION:
+        return
     with write(conn):
         version = conn.execute("pragma user_version").fetchone()[0]
         if version == 0:
