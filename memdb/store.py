@@ -150,6 +150,16 @@ def has_vectors(conn: apsw.Connection) -> bool:
 
 def ensure_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
     """Create the vec0 tables for an embedder, or refuse one whose dimension differs."""
+    if _vectors_held(conn, name, dim):
+        return
+    with write(conn):
+        # Look again under the write lock: several processes opening a new file at once all
+        # see no vectors, and a second create_vectors would drop the first one's vectors.
+        if not _vectors_held(conn, name, dim):
+            create_vectors(conn, name, dim)
+
+
+def _vectors_held(conn: apsw.Connection, name: str, dim: int) -> bool:
     held = get_meta(conn, "embedder_dim")
     if held is not None and int(held) != dim:
         raise EmbedderMismatch(
@@ -157,9 +167,7 @@ def ensure_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
             f"but the embedder {name!r} makes {dim}-dimensional ones; open it with the same "
             "embedder, or rebuild the vectors with `memdb reembed`"
         )
-    if held is None or not has_vectors(conn):
-        with write(conn):
-            create_vectors(conn, name, dim)
+    return held is not None and has_vectors(conn)
 
 
 def create_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
