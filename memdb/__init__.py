@@ -262,6 +262,8 @@ class Memory:
         keyword (one warning), and if both sides fail it returns [] and logs an error.
         """
         self._check_search_args(query, user, k, layer, fusion, alpha)
+        if session is not None:  # bound into SQL below: a lone surrogate would raise there
+            store.check_name(session, "session")
         qvec = self._query_vector(query, user, session)
         args = dict(user=user, k=k, layer=layer, settings=self.settings, fusion=fusion,
                     alpha=alpha, include_superseded=include_superseded)
