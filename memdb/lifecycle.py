@@ -1,16 +1,86 @@
-"""The memory lifecycle: what a new atom does to the atoms already held.
+"""The memory lifecycle: what a new atom does to the atoms a user already holds.
 
-Placeholder until the lifecycle issue lands: every candidate becomes a new atom, except an
-exact repeat of an active atom's line, which merges into it.
+People repeat themselves and change their minds. For every extracted atom, `absorb` looks at
+the user's nearest active atoms (by vector and by keywords) and decides, pair by pair:
+
+- duplicate   — the same statement again: no new row; the old atom is seen once more
+                (`merge`: seen + 1, last_seen, confidence up, the new source turns linked);
+- conflict    — the same slot (subject + single-valued attribute, or subject + preference
+                target) with an incompatible value or the opposite polarity: the newer one
+                holds now, the older is superseded (valid_to, superseded_by) and kept; when the
+                two are comparable evidence (said close in time, with close confidence) both
+                stay and are marked conflicting;
+- distinct    — anything else: a new atom.
+
+Vectors say "these read alike", fields confirm what it means: a similarity alone never merges
+two atoms whose subject, kind or polarity differ, or whose values clash. `relation` is a pure
+function of two records and their similarity so bench/dedup.py can measure it on labelled
+pairs. Nothing here deletes a row: the old stays reachable through `CHAIN_CTE` (history).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
+import re
+from dataclasses import dataclass
+
 import apsw
 import numpy as np
 
-from . import codec, store
+from . import codec, store, text
 from .settings import Settings
+
+log = logging.getLogger("memdb")
+
+# Attributes that hold one value at a time: a new value replaces the old. The key of a
+# predicate is found by phrase (stemmed words in order, or a Chinese substring), then by the
+# bag of its content words. Predicates outside this map never conflict by value (a person
+# has many dogs, sisters and hobbies); they only merge when they say the same thing.
+ATTRIBUTE_KEYS: dict[str, tuple[str, ...]] = {
+    "location": (
+        "lives in", "lives", "living in", "moved to", "moving to", "relocated to", "is based in",
+        "based in", "resides in", "resides", "settled in", "home is in", "stays in",
+        "住在", "住", "搬到", "搬去", "搬家到", "定居", "居住", "现居", "常驻", "生活在",
+    ),
+    "origin": ("is from", "comes from", "originally from", "grew up in", "hometown", "来自", "老家", "出生在", "出生于"),
+    "employer": ("works at", "works for", "employed at", "employed by", "job at", "hired by", "任职于", "就职于", "就职", "上班"),
+    "occupation": ("works as", "job is", "occupation", "profession", "job title", "职业", "工作是", "担任"),
+    "relationship": (
+        "married to", "is married", "dating", "relationship status", "in a relationship with",
+        "engaged to", "divorced from", "partner is", "boyfriend is", "girlfriend is", "husband is", "wife is",
+        "结婚", "单身", "恋爱", "男朋友", "女朋友", "离婚",
+    ),
+    "age": ("age", "aged", "years old", "is years old", "岁", "年龄"),
+    "name": ("name is", "is named", "is called", "goes by", "名字", "叫"),
+    "school": ("studies at", "attends", "goes to school at", "enrolled at", "就读", "在读"),
+}
+
+# Words that turn a statement around ("no ORM", "doesn't drink coffee", "禁止 ORM").
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|none|without|avoids?|stopped|quit|no longer|anymore|can't|cannot|won't|"
+    r"\w+n't)\b|不|没|别|禁止|勿|无|戒|讨厌",
+    re.I,
+)
+_WORD = re.compile(r"[^\W\d_]+(?:'[a-z]+)?|\d+", re.I)
+_COPULAS = frozenset({"is", "am", "are", "was", "were", "be", "是", "为"})
+
+ACTIONS = ("new", "merged", "superseded", "conflicting")
+
+
+@dataclass
+class Held:
+    """An active (or conflicting) atom that a new one is compared with."""
+
+    id: int
+    record: dict
+    confidence: float
+    first_seen: str
+    last_seen: str
+    similarity: float  # semantic similarity to the new atom (vector cosine, or keyword overlap)
+
+
+# ---------------------------------------------------------------- absorb
 
 
 def absorb(
@@ -24,28 +94,38 @@ def absorb(
     vector: np.ndarray | None,
     settings: Settings,
 ) -> tuple[str, int]:
-    """Store one extracted atom for user; returns (action, atom_id), action "new" or "merged"."""
-    line = codec.canonical_text(record)
-    row = conn.execute(
-        'select "id" from "atoms" where "user" = ? and "text" = ? and "status" != 1',
-        (user, line),
-    ).fetchone()
-    if row:
-        merge(conn, row[0], confidence=confidence, turn_ids=turn_ids, ts=ts)
-        return "merged", row[0]
+    """Store one extracted atom for user, deduplicated against what the user holds.
+
+    Call inside store.write(). Returns (action, atom_id): "merged" (no new row; atom_id is the
+    atom it merged into), "new", "superseded" (new atom; older ones superseded by it, or it by
+    a newer one already held) or "conflicting" (new atom; both marked conflicting).
+    """
+    record = codec.validate(record)
+    held = candidates(conn, user, record, vector, settings)
+    judged = [(h, relation(record, h.record, h.similarity, settings, keyword_only=vector is None)) for h in held]
+    duplicates = sorted((h for h, r in judged if r == "duplicate"), key=lambda h: -h.similarity)
+    if duplicates:
+        kept = duplicates[0]
+        merge(conn, kept.id, confidence=confidence, turn_ids=turn_ids, ts=ts)
+        _resolve_conflicts(conn, kept.id, ts, settings)
+        return "merged", kept.id
     atom_id = store.insert_atom(
         conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids,
         first_seen=ts, last_seen=ts, vector=vector,
     )
-    return "new", atom_id
+    actions = [_settle(conn, atom_id, confidence, ts, h, settings) for h, r in judged if r == "conflict"]
+    if "conflicting" in actions:
+        return "conflicting", atom_id
+    return ("superseded" if actions else "new"), atom_id
 
 
 def merge(conn: apsw.Connection, atom_id: int, *, confidence: float, turn_ids: list[int], ts: str) -> None:
-    """Count one more statement of an atom: seen + 1, later last_seen, confidence up."""
+    """Count one more statement of an atom: seen + 1, wider first/last_seen, confidence up."""
     conn.execute(
-        'update "atoms" set "seen" = "seen" + 1, "last_seen" = max("last_seen", ?), '
-        '"confidence" = min(1.0, "confidence" + (1 - "confidence") * ?) where "id" = ?',
-        (ts, 0.5 * confidence, atom_id),
+        'update "atoms" set "seen" = "seen" + 1, "last_seen" = max("last_seen", :ts), '
+        '"first_seen" = min("first_seen", :ts), '
+        '"confidence" = min(1.0, "confidence" + (1 - "confidence") * :gain) where "id" = :id',
+        {"ts": ts, "gain": 0.5 * confidence, "id": atom_id},
     )
     store.add_sources(conn, atom_id, turn_ids)
 
@@ -60,3 +140,282 @@ with recursive chain("id") as (
     select a."superseded_by" from "atoms" a join chain c on a."id" = c."id"
     where a."superseded_by" is not null
 )"""
+
+
+# ---------------------------------------------------------------- candidates
+
+
+def candidates(
+    conn: apsw.Connection, user: str, record: dict, vector: np.ndarray | None, settings: Settings
+) -> list[Held]:
+    """The user's active atoms nearest to record: a vector KNN plus an FTS match, merged."""
+    line = codec.canonical_text(record)
+    ids: dict[int, float | None] = {}
+    if vector is not None and store.has_vectors(conn):
+        for atom_id, distance in conn.execute(
+            "select atom_id, distance from atoms_vec where embedding match ? and k = ? "
+            "and user = ? and active = 1",
+            (store.as_blob(vector), settings.dedup_candidates, user),
+        ):
+            ids[atom_id] = 1.0 - distance
+    terms = text.fts_query(line)
+    if terms:
+        for (atom_id,) in conn.execute(
+            'select f."rowid" from "atoms_fts" f join "atoms" a on a."id" = f."rowid" '
+            'where "atoms_fts" match ? and a."status" != 1 order by f."rank" limit ?',
+            (f'u : "{store.user_tag(user)}" AND ({terms})', settings.dedup_candidates),
+        ):
+            ids.setdefault(atom_id, None)
+    return [_held(conn, atom_id, sim, line, vector) for atom_id, sim in ids.items()]
+
+
+def _held(conn: apsw.Connection, atom_id: int, sim: float | None, line: str, vector: np.ndarray | None) -> Held:
+    record, confidence, first_seen, last_seen, other_line = conn.execute(
+        'select "record", "confidence", "first_seen", "last_seen", "text" from "atoms" where "id" = ?',
+        (atom_id,),
+    ).fetchone()
+    if sim is None:  # found by keywords only: measure it the same way the KNN would
+        sim = _stored_cosine(conn, atom_id, vector) if vector is not None else None
+    if sim is None:
+        sim = keyword_similarity(line, other_line)
+    return Held(atom_id, codec.unpack(record), confidence, first_seen, last_seen, float(sim))
+
+
+def _stored_cosine(conn: apsw.Connection, atom_id: int, vector: np.ndarray) -> float | None:
+    if not store.has_vectors(conn):
+        return None
+    row = conn.execute("select embedding from atoms_vec where atom_id = ?", (atom_id,)).fetchone()
+    if row is None:
+        return None
+    other = np.frombuffer(row[0], dtype=np.float32)
+    return float(np.dot(other, vector) / ((np.linalg.norm(other) * np.linalg.norm(vector)) or 1.0))
+
+
+# ---------------------------------------------------------------- the decision
+
+
+def relation(new: dict, old: dict, similarity: float, settings: Settings, *, keyword_only: bool = False) -> str:
+    """How a new record stands to a held one: "duplicate", "conflict" or "distinct".
+
+    similarity is the vector cosine of the two canonical lines (or their keyword overlap in
+    keyword-only mode); the fields decide what a high similarity may mean.
+    """
+    if _norm(new.get("subject")) != _norm(old.get("subject")) or not _kinds_compatible(new, old):
+        return "distinct"
+    if new["kind"] == "event" and old["kind"] == "event" and new.get("date") != old.get("date"):
+        return "distinct"  # the same thing done on another day is another event
+    if {new["kind"], old["kind"]} == {"fact", "event"}:
+        # "moved to Hangzhou" replaces "lives in Berlin", but a fact restating the move is a
+        # fact of its own: the event stays true whatever happens to the fact later.
+        return "conflict" if _slot_conflict(new, old, settings) else "distinct"
+    key_new, key_old = attribute_key(new), attribute_key(old)
+    same_value = value_overlap(new, old) >= settings.merge_value_overlap
+    opposite = polarity(new) != polarity(old)
+    lexical = keyword_similarity(codec.canonical_text(new), codec.canonical_text(old))
+    confirm = max(similarity, lexical)
+    if key_new and key_new == key_old:
+        if same_value and not opposite:
+            return "duplicate" if confirm >= settings.merge_similarity_same_key else "distinct"
+        return "conflict" if _statement_pair(new, old) else "distinct"
+    if key_new or key_old:  # one names a single-valued attribute, the other does not
+        return "distinct"
+    if same_value and _same_slot(new, old):
+        if opposite:
+            return "conflict" if _statement_pair(new, old) else "distinct"
+        return "duplicate" if confirm >= settings.merge_similarity_same_key else "distinct"
+    threshold = settings.merge_keyword_overlap if keyword_only else settings.merge_similarity
+    if not opposite and similarity >= threshold and lexical >= settings.merge_min_overlap:
+        return "duplicate"
+    return "distinct"
+
+
+def _kinds_compatible(new: dict, old: dict) -> bool:
+    # A small model files "no ORM" as a preference one day and a constraint the next, and
+    # "moved to Hangzhou" is an event that sets a fact; those pairs are compared.
+    kinds = {new["kind"], old["kind"]}
+    if len(kinds) == 1 or kinds == {"preference", "constraint"}:
+        return True
+    return kinds == {"fact", "event"} and attribute_key(new) is not None and attribute_key(new) == attribute_key(old)
+
+
+def _slot_conflict(new: dict, old: dict, settings: Settings) -> bool:
+    # Only reached for a fact and an event that name the same single-valued attribute.
+    different = value_overlap(new, old) < settings.merge_value_overlap or polarity(new) != polarity(old)
+    return different and _statement_pair(new, old)
+
+
+def _same_slot(new: dict, old: dict) -> bool:
+    # A preference or constraint is about its target, however the liking is worded ("likes",
+    # "enjoys", "禁止"); a fact or event is about its predicate too ("has a dog" ≠ "walks a dog").
+    if {new["kind"], old["kind"]} <= {"preference", "constraint"}:
+        return True
+    a, b = _content_stems(new.get("predicate")), _content_stems(old.get("predicate"))
+    if not a or not b:
+        return a == b
+    return len(a & b) / min(len(a), len(b)) >= 0.5
+
+
+def _content_stems(phrase: str | None) -> set[str]:
+    return {w for w in _stems(_NEGATION.sub(" ", phrase or "")) if w not in _FUNCTION_STEMS}
+
+
+def _statement_pair(new: dict, old: dict) -> bool:
+    # Events happened and stay true; only a state (fact, preference, constraint) is replaced.
+    return old["kind"] != "event"
+
+
+def attribute_key(record: dict) -> str | None:
+    """The single-valued attribute a record's predicate names ("moved to" → "location"), or None."""
+    predicate = (record.get("predicate") or "").strip()
+    if not predicate or predicate.lower() in _COPULAS:
+        return None
+    found = [key for key, phrases in ATTRIBUTE_KEYS.items() if any(_phrase_in(p, predicate) for p in phrases)]
+    if len(found) == 1:
+        return found[0]
+    if found:  # several keys: the longest phrase that matched decides
+        return max(found, key=lambda k: max(len(p) for p in ATTRIBUTE_KEYS[k] if _phrase_in(p, predicate)))
+    return _key_by_words(predicate)
+
+
+def _phrase_in(phrase: str, predicate: str) -> bool:
+    if text.has_cjk(phrase):
+        return phrase in predicate
+    want, have = _stems(phrase), _stems(predicate)
+    return any(have[i : i + len(want)] == want for i in range(len(have) - len(want) + 1))
+
+
+def _key_by_words(predicate: str) -> str | None:
+    # The fallback for wordings not listed: the key whose phrases' content words the predicate
+    # covers best ("currently residing" → location through "resides"); a tie says nothing.
+    words = {w for w in _stems(predicate) if w not in _FUNCTION_STEMS}
+    if not words:
+        return None
+    scores: dict[str, float] = {}
+    for key, phrases in ATTRIBUTE_KEYS.items():
+        for phrase in phrases:
+            want = {w for w in _stems(phrase) if w not in _FUNCTION_STEMS}
+            if want and not text.has_cjk(phrase):
+                scores[key] = max(scores.get(key, 0.0), len(want & words) / len(want))
+    best = sorted(scores.items(), key=lambda kv: -kv[1])
+    if best and best[0][1] >= 1.0 and (len(best) == 1 or best[1][1] < 1.0):
+        return best[0][0]
+    return None
+
+
+def polarity(record: dict) -> int:
+    """+1 or -1: a preference's sentiment, else whether the predicate or object is negated."""
+    sentiment = record.get("sentiment")
+    if sentiment in ("like", "dislike"):
+        return 1 if sentiment == "like" else -1
+    said = " ".join(filter(None, (record.get("predicate"), record.get("object"))))
+    return -1 if _NEGATION.search(said) else 1
+
+
+def value_overlap(new: dict, old: dict) -> float:
+    """How much the two values (objects; the predicates when there is none) share: the
+    overlap coefficient of their stemmed content terms, negations left out."""
+    a, b = _value_terms(new), _value_terms(old)
+    if not a or not b:
+        return 1.0 if _norm(new.get("predicate")) == _norm(old.get("predicate")) else 0.0
+    return len(a & b) / min(len(a), len(b))
+
+
+def _value_terms(record: dict) -> set[str]:
+    value = record.get("object") or record.get("predicate") or ""
+    value = _NEGATION.sub(" ", value)
+    return {_stem(t) for t in text.terms(value)}
+
+
+def keyword_similarity(a: str, b: str) -> float:
+    """Dice coefficient of the stemmed content terms of two lines (Chinese: bigrams)."""
+    ta, tb = {_stem(t) for t in text.terms(a)}, {_stem(t) for t in text.terms(b)}
+    if not ta or not tb:
+        return 0.0
+    return 2 * len(ta & tb) / (len(ta) + len(tb))
+
+
+def _stems(phrase: str) -> list[str]:
+    return [_stem(w) for w in _WORD.findall(phrase.lower())]
+
+
+def _stem(word: str) -> str:
+    # Enough to make lives/living/lived, likes/liked and dogs/dog meet; not a real stemmer.
+    if text.has_cjk(word) or len(word) <= 3:
+        return word
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
+_FUNCTION_STEMS = frozenset(_stem(w) for w in text.STOP_WORDS) | {"to", "in", "at", "for", "from", "by", "as"}
+
+
+def _norm(value: str | None) -> str:
+    value = (value or "").casefold().strip()
+    value = re.sub(r"^(the|a|an)\s+", "", value)
+    return " ".join(_WORD.findall(value)) if not text.has_cjk(value) else "".join(value.split())
+
+
+# ---------------------------------------------------------------- conflicts and supersession
+
+
+def _settle(conn: apsw.Connection, atom_id: int, confidence: float, ts: str, old: Held, settings: Settings) -> str:
+    """Apply one conflict between the new atom and a held one; returns what it came to."""
+    if comparable(ts, confidence, old.last_seen, old.confidence, settings):
+        mark_conflict(conn, atom_id, old.id, ts)
+        return "conflicting"
+    if ts >= old.last_seen:
+        supersede(conn, old.id, by=atom_id, at=ts)
+    else:  # a statement older than what is held (a backfill): it is history at once
+        supersede(conn, atom_id, by=old.id, at=old.first_seen if old.first_seen > ts else old.last_seen)
+    return "superseded"
+
+
+def comparable(ts_a: str, conf_a: float, ts_b: str, conf_b: float, settings: Settings) -> bool:
+    """Two statements are comparable evidence when said close in time with close confidence."""
+    hours = abs((_time(ts_a) - _time(ts_b)).total_seconds()) / 3600
+    return hours <= settings.comparable_hours and abs(conf_a - conf_b) <= settings.comparable_confidence
+
+
+def supersede(conn: apsw.Connection, old_id: int, *, by: int, at: str) -> None:
+    """Mark old_id as no longer holding since at, replaced by `by`. The row stays."""
+    conn.execute('update "atoms" set "valid_to" = ?, "superseded_by" = ? where "id" = ?', (at, by, old_id))
+    store.set_atom_status(conn, old_id, "superseded")
+    log.debug("memdb: atom %d superseded by %d at %s", old_id, by, at)
+
+
+def mark_conflict(conn: apsw.Connection, atom_id: int, other_id: int, at: str) -> None:
+    """Keep both atoms active, marked conflicting, with a row saying they disagree."""
+    conn.execute(
+        'insert or ignore into "atom_conflicts" ("atom_id", "other_id", "detected_at") values (?, ?, ?)',
+        (atom_id, other_id, at),
+    )
+    store.set_atom_status(conn, atom_id, "conflicting")
+    store.set_atom_status(conn, other_id, "conflicting")
+
+
+def _resolve_conflicts(conn: apsw.Connection, kept_id: int, ts: str, settings: Settings) -> None:
+    # A later restatement of one side of a conflict settles it: that side holds now.
+    partners = conn.execute(
+        'select a."id", a."confidence", a."last_seen" from "atom_conflicts" c '
+        'join "atoms" a on a."id" = case when c."atom_id" = :id then c."other_id" else c."atom_id" end '
+        'where (c."atom_id" = :id or c."other_id" = :id) and a."status" = 2',
+        {"id": kept_id},
+    ).fetchall()
+    if not partners:
+        return
+    kept_conf = conn.execute('select "confidence" from "atoms" where "id" = ?', (kept_id,)).fetchone()[0]
+    open_ = 0
+    for other_id, conf, last_seen in partners:
+        if ts > last_seen and not comparable(ts, kept_conf, last_seen, conf, settings):
+            supersede(conn, other_id, by=kept_id, at=ts)
+        else:
+            open_ += 1
+    if not open_:
+        store.set_atom_status(conn, kept_id, "active")
+
+
+def _time(ts: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(ts[:19])

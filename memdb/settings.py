@@ -12,10 +12,19 @@ class Settings:
     extract_batch: int = 6
     extract_history: int = 3
 
-    # Dedup: an atom merges into an existing one of the same user when their vectors are at
-    # least this similar and the fields agree (lifecycle.py); nearest candidates examined.
+    # Dedup (lifecycle.py, tuned by bench/dedup.py on bench/dedup_pairs.json): a new atom
+    # merges into one of the same user, subject, kind and polarity when either
+    # - they fill the same slot (attribute key, preference target, or predicate + object, the
+    #   values sharing at least merge_value_overlap of their terms) and the lines are at least
+    #   merge_similarity_same_key similar (vector cosine or keyword overlap, the larger), or
+    # - the lines are at least merge_similarity similar by vector (merge_keyword_overlap by
+    #   keywords when there are no vectors) and share merge_min_overlap of their terms.
+    # dedup_candidates nearest atoms are examined, by vector and by keywords each.
     merge_similarity: float = 0.86
     merge_similarity_same_key: float = 0.72
+    merge_value_overlap: float = 0.5
+    merge_keyword_overlap: float = 0.8
+    merge_min_overlap: float = 0.3
     dedup_candidates: int = 8
 
     # Conflicts: statements on the same subject and key count as comparable evidence (both

@@ -1,0 +1,257 @@
+"""The lifecycle: dedup (merge), conflicts (supersede or mark), history and freshness.
+
+Driven without the model: turns are stored with extract="defer" and hand-written records are
+absorbed against them, with vectors from the real MiniLM embedder where meaning matters and
+from the hashing embedder (or none) elsewhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import memdb
+from memdb import codec, embed, lifecycle, store
+from memdb.settings import Settings
+from tests.conftest import HashEmbedder
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return embed.load()
+
+
+@pytest.fixture
+def mini(tmp_path, minilm):
+    with memdb.open(tmp_path / "mini.db", embedder=minilm, extract="defer") as m:
+        yield m
+
+
+def pref(obj: str, predicate: str = "likes", sentiment: str = "like", subject: str = "Alice") -> dict:
+    return {"kind": "preference", "subject": subject, "predicate": predicate, "object": obj, "sentiment": sentiment}
+
+
+def fact(predicate: str, obj: str, subject: str = "Alice", kind: str = "fact") -> dict:
+    return {"kind": kind, "subject": subject, "predicate": predicate, "object": obj}
+
+
+def tell(mem, record: dict, ts: str, *, confidence: float = 0.8, user: str = "alice") -> tuple[str, int]:
+    """Store a turn saying record, then absorb the record as the pipeline would."""
+    line = codec.canonical_text(record)
+    (turn_id,) = mem.add([{"role": "user", "name": "Alice", "content": line, "ts": ts}], user=user)
+    vector = mem.embedder.embed([line])[0] if mem.embedder else None
+    with store.write(mem.conn):
+        return lifecycle.absorb(mem.conn, user=user, record=record, confidence=confidence,
+                                turn_ids=[turn_id], ts=ts, vector=vector, settings=mem.settings)
+
+
+def row(mem, atom_id: int) -> dict:
+    keys = ("status", "superseded_by", "valid_to", "seen", "last_seen")
+    values = mem.conn.execute(
+        'select "status", "superseded_by", "valid_to", "seen", "last_seen" from "atoms_v" where "id" = ?',
+        (atom_id,)).fetchone()
+    return dict(zip(keys, values))
+
+
+def vector_active(mem, atom_id: int) -> int:
+    return mem.conn.execute("select active from atoms_vec where atom_id = ?", (atom_id,)).fetchone()[0]
+
+
+def count(mem, table: str) -> int:
+    return mem.conn.execute(f'select count(*) from "{table}"').fetchone()[0]
+
+
+# ---------------------------------------------------------------- dedup
+
+
+COFFEE_TEN = [
+    pref("coffee"), pref("coffee", "enjoys"), pref("coffee", "loves"), pref("coffee", "is a fan of"),
+    pref("drinking coffee", "really likes"), pref("coffee", "adores"), pref("a good cup of coffee", "enjoys"),
+    pref("her morning coffee", "loves"), pref("coffee", "is really into"), pref("coffee", "is fond of"),
+]
+
+
+def test_one_preference_in_ten_wordings_is_one_atom_seen_ten_times(mini):
+    actions = [tell(mini, r, f"2026-03-{day:02d}T09:00:00") for day, r in enumerate(COFFEE_TEN, start=1)]
+    assert ["new"] + ["merged"] * 9 == [a for a, _ in actions]
+    assert {actions[0][1]} == {i for _, i in actions}
+    atom = mini.get(actions[0][1])
+    assert (10, 10, "active") == (atom.seen, len(atom.turn_ids), atom.status)
+    assert ("2026-03-01T09:00:00", "2026-03-10T09:00:00") == (atom.first_seen, atom.last_seen)
+    assert atom.confidence > 0.99
+    assert 1 == count(mini, "atoms")
+
+
+def test_two_distinct_facts_about_one_person_stay_two(mini):
+    dog = tell(mini, fact("has", "a dog"), "2026-03-01T09:00:00")
+    sister = tell(mini, fact("has", "a sister"), "2026-03-02T09:00:00")
+    assert [("new", dog[1]), ("new", sister[1])] == [dog, sister]
+    assert ["active", "active"] == [mini.get(i).status for i in (dog[1], sister[1])]
+
+
+def test_same_statement_of_another_user_is_not_merged(mini):
+    a = tell(mini, pref("coffee"), "2026-03-01T09:00:00", user="alice")
+    b = tell(mini, pref("coffee"), "2026-03-01T09:00:00", user="bob")
+    assert ("new", "new") == (a[0], b[0])
+    assert a[1] != b[1]
+
+
+def test_same_event_on_another_day_is_another_event(mem):
+    first = tell(mem, {**fact("went", "hiking", kind="event"), "date": "2026-03-01"}, "2026-03-01T18:00:00")
+    again = tell(mem, {**fact("went", "hiking", kind="event"), "date": "2026-04-01"}, "2026-04-01T18:00:00")
+    retold = tell(mem, {**fact("went", "hiking", kind="event"), "date": "2026-04-01"}, "2026-04-02T18:00:00")
+    assert ["new", "new", "merged"] == [first[0], again[0], retold[0]]
+    assert again[1] == retold[1]
+
+
+def test_keyword_only_mode_merges_exact_and_near_exact_repeats(tmp_path):
+    with memdb.open(tmp_path / "kw.db", embedder=None, extract="defer") as mem:
+        first = tell(mem, pref("coffee"), "2026-03-01T09:00:00")
+        exact = tell(mem, pref("coffee"), "2026-03-02T09:00:00")
+        near = tell(mem, pref("Coffee!"), "2026-03-03T09:00:00")
+        chinese = tell(mem, pref("喝咖啡", "喜欢", subject="小王"), "2026-03-04T09:00:00")
+        chinese_again = tell(mem, pref("喝咖啡", "很喜欢", subject="小王"), "2026-03-05T09:00:00")
+        tea = tell(mem, pref("green tea"), "2026-03-06T09:00:00")
+        assert ["new", "merged", "merged", "new", "merged", "new"] == [
+            a for a, _ in (first, exact, near, chinese, chinese_again, tea)]
+        assert 3 == mem.get(first[1]).seen
+        assert first[1] != tea[1]
+
+
+# ---------------------------------------------------------------- conflicts
+
+
+def test_like_then_dislike_supersedes_and_keeps_the_old(mini):
+    old = tell(mini, pref("coffee"), "2026-01-10T09:00:00")
+    new = tell(mini, pref("coffee now, it hurts her stomach", "hates", "dislike"), "2026-02-12T09:00:00")
+    assert ("superseded", "new") == (new[0], old[0])
+    assert {"status": "superseded", "superseded_by": new[1], "valid_to": "2026-02-12T09:00:00"} == {
+        k: v for k, v in row(mini, old[1]).items() if k in ("status", "superseded_by", "valid_to")}
+    assert (0, 1) == (vector_active(mini, old[1]), vector_active(mini, new[1]))
+    assert new[1] == mini.search("does Alice like coffee?", user="alice", layer="atoms")[0].id
+    assert old[1] not in [h.id for h in mini.search("coffee", user="alice", layer="atoms")]
+    assert old[1] in [h.id for h in mini.search("coffee", user="alice", layer="atoms", include_superseded=True)]
+    assert [old[1], new[1]] == [a.id for a in mini.history(new[1])]
+    assert [old[1], new[1]] == [a.id for a in mini.history(old[1])]
+    assert (2, 2) == (count(mini, "atoms"), count(mini, "turns"))
+
+
+def test_like_then_dislike_in_chinese_supersedes(mini):
+    old = tell(mini, pref("咖啡", "喜欢", subject="小王"), "2026-01-10T09:00:00")
+    new = tell(mini, pref("咖啡", "讨厌", "dislike", subject="小王"), "2026-02-12T09:00:00")
+    assert "superseded" == new[0]
+    assert ("superseded", new[1]) == (mini.get(old[1]).status, mini.get(old[1]).superseded_by)
+    assert new[1] == mini.search("咖啡", user="alice", layer="atoms")[0].id
+    assert [old[1], new[1]] == [a.id for a in mini.history(new[1])]
+
+
+def test_moving_city_supersedes_the_old_location(mini):
+    berlin = tell(mini, fact("lives in", "Berlin"), "2025-06-01T09:00:00")
+    hangzhou = tell(mini, fact("moved to", "Hangzhou", kind="event"), "2026-02-01T09:00:00")
+    assert "superseded" == hangzhou[0]
+    assert ("superseded", hangzhou[1], "2026-02-01T09:00:00") == (
+        row(mini, berlin[1])["status"], row(mini, berlin[1])["superseded_by"], row(mini, berlin[1])["valid_to"])
+    based = tell(mini, fact("is based in", "Hangzhou"), "2026-03-01T09:00:00")
+    shanghai = tell(mini, fact("住在", "上海"), "2026-05-01T09:00:00")
+    # A fact restating the move is new (the event stays true); the next city replaces that fact.
+    assert ("new", "superseded") == (based[0], shanghai[0])
+    assert "active" == mini.get(hangzhou[1]).status
+    assert shanghai[1] == mini.get(based[1]).superseded_by
+
+
+def test_comparable_evidence_keeps_both_marked_conflicting(mini):
+    like = tell(mini, pref("coffee"), "2026-03-01T09:00:00", confidence=0.8)
+    hate = tell(mini, pref("coffee", "hates", "dislike"), "2026-03-01T09:20:00", confidence=0.7)
+    assert "conflicting" == hate[0]
+    assert ["conflicting", "conflicting"] == [mini.get(i).status for i in (like[1], hate[1])]
+    assert [(hate[1], like[1])] == mini.conn.execute(
+        'select "atom_id", "other_id" from "atom_conflicts"').fetchall()
+    hits = {h.id: h for h in mini.search("coffee", user="alice", layer="atoms")}
+    assert ([hate[1]], [like[1]]) == (hits[like[1]].conflicts, hits[hate[1]].conflicts)
+    assert "conflicts with another statement" in mini.context("coffee", user="alice", layer="atoms")
+
+
+def test_a_later_restatement_settles_a_conflict(mini):
+    like = tell(mini, pref("coffee"), "2026-03-01T09:00:00")
+    hate = tell(mini, pref("coffee", "hates", "dislike"), "2026-03-01T09:20:00")
+    again = tell(mini, pref("coffee", "can't stand", "dislike"), "2026-03-09T09:00:00")
+    assert ("merged", hate[1]) == again
+    assert ("superseded", hate[1]) == (mini.get(like[1]).status, mini.get(like[1]).superseded_by)
+    assert "active" == mini.get(hate[1]).status
+
+
+def test_same_time_but_far_apart_confidence_is_not_comparable(mem):
+    sure = tell(mem, fact("lives in", "Berlin"), "2026-03-01T09:00:00", confidence=0.9)
+    unsure = tell(mem, fact("lives in", "Paris"), "2026-03-01T09:10:00", confidence=0.4)
+    assert "superseded" == unsure[0]
+    assert unsure[1] == mem.get(sure[1]).superseded_by
+
+
+def test_an_older_statement_arriving_late_is_history_at_once(mem):
+    now = tell(mem, fact("lives in", "Hangzhou"), "2026-03-01T09:00:00")
+    before = tell(mem, fact("lives in", "Berlin"), "2025-01-01T09:00:00")
+    assert "superseded" == before[0]
+    assert ("active", "superseded", now[1]) == (
+        mem.get(now[1]).status, mem.get(before[1]).status, mem.get(before[1]).superseded_by)
+
+
+def test_distinct_values_of_an_open_predicate_never_conflict(mem):
+    dog = tell(mem, fact("has", "a dog"), "2026-03-01T09:00:00")
+    cat = tell(mem, fact("has", "a cat"), "2026-06-01T09:00:00")
+    assert ("new", "new") == (dog[0], cat[0])
+    assert "active" == mem.get(dog[1]).status
+
+
+# ---------------------------------------------------------------- rules
+
+
+@pytest.mark.parametrize("predicate, key", [
+    ("lives in", "location"), ("is based in", "location"), ("moved to", "location"),
+    ("currently lives in", "location"), ("is residing in", "location"), ("住在", "location"),
+    ("搬到", "location"), ("works at", "employer"), ("works as", "occupation"), ("is married to", "relationship"),
+    ("is from", "origin"), ("has", None), ("is", None), ("likes", None), ("works", None),
+])
+def test_predicates_map_to_attribute_keys(predicate, key):
+    assert key == lifecycle.attribute_key(fact(predicate, "x"))
+
+
+@pytest.mark.parametrize("new, old, similarity, expected", [
+    (pref("coffee", "enjoys"), pref("coffee"), 0.9, "duplicate"),
+    (pref("coffee", "hates", "dislike"), pref("coffee"), 0.9, "conflict"),
+    (pref("tea"), pref("coffee"), 0.8, "distinct"),
+    (fact("has", "a sister"), fact("has", "a dog"), 0.65, "distinct"),
+    (fact("has", "no dog"), fact("has", "a dog"), 0.8, "conflict"),
+    (fact("lives in", "Berlin", subject="Bob"), fact("lives in", "Berlin"), 0.95, "distinct"),
+    ({**pref("ORM", "no", "neutral"), "kind": "constraint"}, pref("ORM", "avoids", "dislike"), 0.7, "duplicate"),
+    (fact("walks", "a dog"), fact("has", "a dog"), 0.75, "distinct"),
+])
+def test_relation_rules(new, old, similarity, expected):
+    assert expected == lifecycle.relation(new, old, similarity, Settings())
+
+
+# ---------------------------------------------------------------- views and freshness
+
+
+def test_atoms_view_and_vector_flag_follow_the_status(mem):
+    old = tell(mem, fact("works at", "Acme"), "2025-01-01T09:00:00")
+    new = tell(mem, fact("works at", "Globex"), "2026-01-01T09:00:00")
+    assert [("superseded", new[1]), ("active", None)] == mem.conn.execute(
+        'select "status", "superseded_by" from "atoms_v" order by "id"').fetchall()
+    assert (0, 1) == (vector_active(mem, old[1]), vector_active(mem, new[1]))
+
+
+def test_older_event_ranks_below_an_equally_matching_newer_one(mem):
+    old = tell(mem, {**fact("went", "hiking in the Alps", kind="event"), "date": "2025-01-05"}, "2025-01-05T18:00:00")
+    new = tell(mem, {**fact("went", "hiking in the Alps", kind="event"), "date": "2026-01-05"}, "2026-01-05T18:00:00")
+    hits = mem.search("hiking in the Alps", user="alice", layer="atoms")
+    assert [new[1], old[1]] == [h.id for h in hits]
+    assert hits[0].score > hits[1].score
+
+
+def test_facts_do_not_fade(tmp_path):
+    settings = Settings()
+    with memdb.open(tmp_path / "f.db", embedder=HashEmbedder(), extract="defer", settings=settings) as mem:
+        old = tell(mem, fact("is allergic to", "peanuts"), "2020-01-05T18:00:00")
+        tell(mem, fact("owns", "a boat"), "2026-01-05T18:00:00")
+        (hit,) = mem.search("allergic peanuts", user="alice", layer="atoms", k=1)
+        assert old[1] == hit.id
+        assert None is settings.half_life_days["fact"]
