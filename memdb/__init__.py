@@ -164,7 +164,7 @@ class Memory:
         store.check_name(session, "session")
         default_ts = store.parse_ts(ts, "ts") if ts is not None else store.now()
         rows = store.check_messages(messages, default_ts)
-        vectors = self._embed([r["content"] for r in rows])
+        vectors = self._embed([store.turn_embedding_text(r["speaker"], r["content"]) for r in rows])
         with self._lock, store.write(self.conn):
             seq = store.next_seq(self.conn, user, session)
             ids = [
@@ -233,9 +233,10 @@ class Memory:
         from . import embed
 
         new = embed.load(embedder, threads=self.threads)
-        turns = self.conn.execute('select "id", "user", "content" from "turns" order by "id"').fetchall()
+        turns = self.conn.execute(
+            'select "id", "user", "speaker", "content" from "turns" order by "id"').fetchall()
         atoms = self.conn.execute('select "id", "user", "text", "status" from "atoms" order by "id"').fetchall()
-        turn_vecs = new.embed([r[2] for r in turns])
+        turn_vecs = new.embed([store.turn_embedding_text(r[2], r[3]) for r in turns])
         atom_vecs = new.embed([r[2] for r in atoms])
         with self._lock, store.write(self.conn):
             store.create_vectors(self.conn, new.name, new.dim)
