@@ -1,0 +1,70 @@
+"""The memdb command: each subcommand end to end on a temporary file (no model needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memdb import cli
+
+MESSAGES = [
+    {"role": "user", "name": "Alice", "content": "我们的数据库是 PostgreSQL。", "ts": "2026-10-05T10:00:00"},
+    {"role": "assistant", "content": "Noted: PostgreSQL.", "ts": "2026-10-05T10:00:05"},
+]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def filled(tmp_path, capsys):
+    db = str(tmp_path / "cli.db")
+    src = tmp_path / "messages.jsonl"
+    src.write_text("\n".join(json.dumps(m, ensure_ascii=False) for m in MESSAGES))
+    code, out, _ = run(capsys, "add", db, str(src), "--user", "alice", "--defer", "--embedder", "none", "--json")
+    assert 0 == code and [1, 2] == json.loads(out)["turn_ids"]
+    return db
+
+
+def test_search_json_and_text(filled, capsys):
+    code, out, _ = run(capsys, "search", filled, "-u", "alice", "数据库", "--embedder", "none", "--json")
+    hits = json.loads(out)
+    assert 0 == code and [1] == hits[0]["turn_ids"] and "turn" == hits[0]["layer"]
+    code, out, _ = run(capsys, "search", filled, "-u", "bob", "数据库", "--embedder", "none")
+    assert "(nothing found)\n" == out
+
+
+def test_context_stats_show_export_forget(filled, capsys):
+    _, out, _ = run(capsys, "context", filled, "-u", "alice", "PostgreSQL", "--embedder", "none")
+    assert "2026-10-05 · Alice: 我们的数据库是 PostgreSQL。" in out
+    _, out, _ = run(capsys, "stats", filled, "--embedder", "none", "--json")
+    assert 2 == json.loads(out)["turns"] and json.loads(out)["keyword_only"]
+    _, out, _ = run(capsys, "show", filled, "turn", "2", "--embedder", "none")
+    assert "Noted: PostgreSQL." in out
+    _, out, _ = run(capsys, "export", filled, "-u", "alice", "--embedder", "none")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert ["turn", "turn"] == [r["type"] for r in rows] and MESSAGES[0]["content"] == rows[0]["content"]
+    _, out, _ = run(capsys, "forget", filled, "--turn", "1", "--embedder", "none")
+    assert "removed 1 turns and 0 atoms\n" == out
+    _, out, _ = run(capsys, "forget", filled, "--user", "alice", "--embedder", "none", "--json")
+    assert {"turns": 1, "atoms": 0} == json.loads(out)
+
+
+def test_errors_are_one_line_and_exit_2(filled, tmp_path, capsys):
+    code, _, err = run(capsys, "show", filled, "atom", "99", "--embedder", "none")
+    assert 2 == code and "memdb: no atom with id 99\n" == err
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"role": "robot", "content": "x"}]')
+    code, _, err = run(capsys, "add", filled, str(bad), "-u", "alice", "--defer", "--embedder", "none")
+    assert 2 == code and "messages[0].role" in err
+    code, _, err = run(capsys, "search", str(bad), "-u", "alice", "x", "--embedder", "none")
+    assert 2 == code and "not a readable SQLite file" in err
+
+
+def test_profile_and_events_empty(filled, capsys):
+    assert (0, "(empty)\n") == run(capsys, "profile", filled, "-u", "alice", "--embedder", "none")[:2]
+    assert (0, "(no events)\n") == run(capsys, "events", filled, "-u", "alice", "--embedder", "none")[:2]
