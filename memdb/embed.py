@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import json
@@ -331,36 +332,41 @@ class WordPiece:
 
 # --------------------------------------------------------------------------- the transformer
 
-# Abramowitz & Stegun 7.1.26: erf(x) = 1 - t*(a1 + t*(a2 + ...)) * exp(-x^2), t = 1/(1 + p*x),
-# for x >= 0, absolute error below 1.5e-7 (numpy has no erf, and tanh-GELU is not this model).
-_AS_P = 0.3275911
-_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-_GELU_ROWS = 64  # GELU works on row blocks that stay in L2 cache
+# Abramowitz & Stegun 7.1.26: erfc(z) = t*(a1 + t*(a2 + ...)) * exp(-z^2), t = 1/(1 + p*z), z >= 0,
+# absolute error below 1.5e-7 (numpy has no erf, and tanh-GELU is not this model's GELU).
+# With z = |x|/sqrt 2 the 1/sqrt 2 folds into p, and the 1/2 of Phi into the coefficients.
+_AS_P = np.float32(0.3275911 / math.sqrt(2))
+_AS_HALF_A = tuple(np.float32(a / 2) for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429))
+_GELU_ROWS = 16  # rows per block: the block and its four temporaries stay in L2 cache
 
 
 def _gelu_(h: np.ndarray) -> None:
-    """Exact (erf) GELU in place: x * Phi(x), Phi(x) = 0.5 * (1 + erf(x / sqrt 2))."""
-    for start in range(0, h.shape[0], _GELU_ROWS):
-        x = h[start : start + _GELU_ROWS]
-        z = np.abs(x)
-        z *= np.float32(1 / math.sqrt(2))
-        t = z * np.float32(_AS_P)
-        t += np.float32(1)
-        np.reciprocal(t, out=t)
-        poly = t * np.float32(_AS_A[4])
-        for a in _AS_A[3::-1]:
-            poly += np.float32(a)
-            poly *= t
-        np.square(z, out=z)
-        np.negative(z, out=z)
-        np.exp(z, out=z)
-        z *= poly  # z = 1 - erf(|x|/sqrt 2)
-        # Phi(x) = 1 - z/2 for x >= 0 and z/2 for x < 0, so x*Phi(x) = x - x*z/2 or x*z/2.
-        z *= np.float32(0.5)
-        z *= x
-        neg = x < 0
-        np.subtract(x, z, out=x)
-        np.copyto(x, z, where=neg)
+    """Exact (erf) GELU of a 2-D float32 array, in place: x * Phi(x).
+
+    With q = |x| * erfc(|x|/sqrt 2)/2, x*Phi(x) = x - q for x >= 0 and -q for x < 0, that is
+    max(x, 0) - q: no branch, no mask. ~20 elementwise passes, each over a cache-sized block.
+    """
+    rows = min(_GELU_ROWS, h.shape[0])
+    ax, t, q, e = (np.empty((rows, h.shape[1]), dtype=np.float32) for _ in range(4))
+    for start in range(0, h.shape[0], rows):
+        x = h[start : start + rows]
+        k = x.shape[0]
+        ax_, t_, q_, e_ = ax[:k], t[:k], q[:k], e[:k]
+        np.abs(x, out=ax_)
+        np.multiply(ax_, _AS_P, out=t_)
+        t_ += np.float32(1)
+        np.reciprocal(t_, out=t_)
+        np.multiply(t_, _AS_HALF_A[4], out=q_)
+        for a in _AS_HALF_A[3::-1]:
+            q_ += a
+            q_ *= t_
+        np.square(x, out=e_)
+        e_ *= np.float32(-0.5)
+        np.exp(e_, out=e_)
+        q_ *= e_
+        q_ *= ax_
+        np.maximum(x, np.float32(0), out=x)
+        x -= q_
 
 
 def _layer_norm_(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
@@ -499,15 +505,25 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
 
 
 def _batches(lengths: Sequence[int]) -> Iterator[list[int]]:
-    """Indices grouped by similar length (less padding) within the batch bounds."""
+    """Indices grouped by length within the batch bounds, so that padding stays small.
+
+    Lengths ascend, so lengths[i] is the width the batch would be padded to; a text whose
+    padding would make the batch more than 25% (+64 tokens) larger than its real tokens starts
+    a new batch.
+    """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     batch: list[int] = []
+    real = 0
     for i in order:
-        # lengths ascend, so lengths[i] is the padded width the batch would have
-        if batch and (len(batch) >= MAX_BATCH or (len(batch) + 1) * lengths[i] > MAX_BATCH_TOKENS):
+        width = lengths[i]
+        padded = (len(batch) + 1) * width
+        if batch and (
+            len(batch) >= MAX_BATCH or padded > MAX_BATCH_TOKENS or padded > 1.25 * (real + width) + 64
+        ):
             yield batch
-            batch = []
+            batch, real = [], 0
         batch.append(i)
+        real += width
     if batch:
         yield batch
 
@@ -519,17 +535,22 @@ class _Threads:
         self.threads, self._controller = threads, None
         if threads is None:
             return
-        try:
-            from threadpoolctl import ThreadpoolController
-        except ImportError:
-            log.warning("threads=%s ignored: install threadpoolctl to limit numpy's BLAS threads", threads)
-            return
-        self._controller = ThreadpoolController()
+        self._controller = _threadpool_controller()
 
     def limit(self) -> Any:
         if self._controller is None:
             return _NullContext()
         return self._controller.limit(limits=self.threads, user_api="blas")
+
+
+@functools.cache
+def _threadpool_controller() -> Any:
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        log.warning("embedder threads setting ignored: install threadpoolctl to limit numpy's BLAS threads")
+        return None
+    return ThreadpoolController()
 
 
 class _NullContext:
@@ -597,9 +618,16 @@ class GGUFEmbedder:
             raise EmbedderUnavailable(f"{path} is not a GGUF file (it starts with {magic!r})")
         digest = file_sha256(path)
         self.name = f"{path.name}:{digest[:12]}"
-        self._llm = _llama(path, digest, threads)
+        # One llama.cpp context per file and thread count, shared with its lock (a context is
+        # not safe across threads) by every embedder loaded from it.
+        self._llm, self._lock = _llama(path, digest, threads)
+        if self._llm.pooling_type() == 0:  # LLAMA_POOLING_TYPE_NONE: one vector per token
+            raise EmbedderUnavailable(f"{path} is not a pooled embedding model (llama.cpp gives no sentence vector)")
         self.dim = int(self._llm.n_embd())
-        self._lock = threading.Lock()  # a llama.cpp context is not safe across threads
+        try:  # one probe so that a model that loads but cannot embed fails here, not later
+            self.embed(["memdb"])
+        except (ValueError, RuntimeError) as e:
+            raise EmbedderUnavailable(f"the GGUF embedder {path} cannot embed: {e}") from e
 
     def embed(self, texts: list[str]) -> np.ndarray:
         texts = _check_texts(texts)
@@ -610,7 +638,7 @@ class GGUFEmbedder:
         return _normalize_rows(np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim))
 
 
-def _llama(path: Path, digest: str, threads: int | None) -> Any:
+def _llama(path: Path, digest: str, threads: int | None) -> tuple[Any, threading.Lock]:
     try:
         import llama_cpp
     except ImportError as e:
@@ -628,16 +656,16 @@ def _llama(path: Path, digest: str, threads: int | None) -> Any:
             )  # fmt: skip
         except (ValueError, RuntimeError, OSError) as e:
             raise EmbedderUnavailable(f"llama.cpp cannot load the GGUF embedder {path}: {e}") from e
-        _MODELS[key] = llm
-        return llm
+        _MODELS[key] = (llm, threading.Lock())
+        return _MODELS[key]
 
 
 @atexit.register
 def _close_llamas() -> None:
     # Llama.__del__ fails noisily once the interpreter has torn llama_cpp down: close first.
-    for key, model in list(_MODELS.items()):
+    for key, value in list(_MODELS.items()):
         if key[0] == "gguf":
-            model.close()
+            value[0].close()
             del _MODELS[key]
 
 

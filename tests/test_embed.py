@@ -83,14 +83,14 @@ def test_empty_string_embeds_cls_sep(minilm: embed.MiniLM) -> None:
 
 
 def test_batch_equals_one_by_one(minilm: embed.MiniLM) -> None:
-    texts = ["a", "What database do we use?", "naïve café", "", "x " * 300, "我们用什么数据库？"]
+    texts = ["a", "What database do we use?", "naïve café", "", "x " * 100, "我们用什么数据库？"]
     batched = minilm.embed(texts)
     single = np.concatenate([minilm.embed([t]) for t in texts])
     np.testing.assert_allclose(batched, single, atol=1e-5)
 
 
 def test_many_texts_are_chunked_and_keep_their_order(minilm: embed.MiniLM) -> None:
-    texts = [f"note number {i} " * (i % 7 + 1) for i in range(embed.MAX_BATCH * 2 + 5)]
+    texts = [f"note {i}" + "!" * (i % 7) for i in range(embed.MAX_BATCH * 2 + 5)]
     vectors = minilm.embed(texts)
     np.testing.assert_allclose(vectors[[0, 100, 132]], minilm.embed([texts[0], texts[100], texts[132]]), atol=1e-5)
 
@@ -225,10 +225,31 @@ def gguf_path(minilm: embed.MiniLM, tmp_path_factory: pytest.TempPathFactory) ->
     return embed.convert_to_gguf(tmp_path_factory.mktemp("gguf") / "minilm.gguf")
 
 
-def test_gguf_conversion_reproduces_the_reference(gguf_path: Path, reference: list[dict]) -> None:
+def test_gguf_conversion_reproduces_the_reference(
+    gguf_path: Path, reference: list[dict], capfd: pytest.CaptureFixture[str]
+) -> None:
     model = embed.load(gguf_path, threads=2)
     vectors = model.embed([it["text"] for it in reference])
+    assert ("", "") == tuple(capfd.readouterr())  # llama.cpp prints nothing to the terminal
     assert (len(reference), 384) == vectors.shape
     assert model.name.startswith("minilm.gguf:")
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert _cosines(vectors, reference).min() >= 0.999  # measured 0.9995: llama.cpp cuts [SEP] off the long one
+
+
+def test_batches_bound_padding_and_size() -> None:
+    lengths = [3, 256, 5, 12, 10, 8] + [30] * 100
+    batches = list(embed._batches(lengths))
+    assert sorted(range(len(lengths))) == sorted(i for b in batches for i in b)
+    assert [0, 2, 5, 4, 3] == batches[0]  # the short ones together, sorted by length
+    assert [[1]] == [b for b in batches if 1 in b]  # the long one is not padding the others
+    assert all(len(b) <= embed.MAX_BATCH for b in batches)
+
+
+def test_gguf_that_llama_cpp_rejects_is_unavailable(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    broken = tmp_path / "broken.gguf"
+    embed.write_gguf(broken, [("general.architecture", embed._GGUF_STR, "bert")], [])
+    with pytest.raises(EmbedderUnavailable, match="llama.cpp cannot load"):
+        embed.load(broken)
+    assert ("", "") == tuple(capfd.readouterr())
