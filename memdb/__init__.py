@@ -11,6 +11,8 @@ file), embed (vectors), extract (the local model), lifecycle (merge, supersede),
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import os
 import threading
@@ -449,3 +451,34 @@ class Memory:
 
     def __repr__(self) -> str:
         return f"<memdb.Memory {self.path!r}>"
+
+
+def _file_errors(method: Callable) -> Callable:
+    """Let no apsw error out of the public API: a damaged, locked-out or unreadable file raises
+    MemdbError (the one family an agent loop catches), with SQLite's words and what to do."""
+
+    def translate(mem: Memory, exc: apsw.Error) -> MemdbError:
+        return MemdbError(f"{mem.path!r} could not be read or written ({type(exc).__name__}: {exc}); if this "
+                          "persists, check the file with `pragma integrity_check` and restore it from a backup")
+
+    if inspect.isgeneratorfunction(method):  # export(): errors surface while iterating
+        @functools.wraps(method)
+        def generator(self: Memory, *args: Any, **kwargs: Any) -> Iterator:
+            try:
+                yield from method(self, *args, **kwargs)
+            except apsw.Error as exc:
+                raise translate(self, exc) from exc
+        return generator
+
+    @functools.wraps(method)
+    def wrapper(self: Memory, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except apsw.Error as exc:
+            raise translate(self, exc) from exc
+    return wrapper
+
+
+for _name in ("add", "extract", "forget", "reembed", "search", "context", "get", "history", "profile",
+              "events", "turns", "export", "stats"):
+    setattr(Memory, _name, _file_errors(getattr(Memory, _name)))
