@@ -58,11 +58,12 @@ ATTRIBUTE_KEYS: dict[str, tuple[str, ...]] = {
 
 # Words that turn a statement around ("no ORM", "doesn't drink coffee", "禁止 ORM").
 _NEGATION = re.compile(
-    r"\b(?:not|no|never|none|without|avoids?|stopped|quit|no longer|anymore|can't|cannot|won't|"
+    r"\b(?:no longer|not|no|never|none|without|avoids?|stopped|quit|lost|left|anymore|can't|cannot|won't|"
     r"\w+n't)\b|不|没|别|禁止|勿|无|戒|讨厌",
     re.I,
 )
 _WORD = re.compile(r"[^\W\d_]+(?:'[a-z]+)?|\d+", re.I)
+_FAVOURITE = re.compile(r"(?:\bfavou?rite|最喜欢的)\s*([^\W\d_].*)", re.I)
 _COPULAS = frozenset({"is", "am", "are", "was", "were", "be", "是", "为"})
 
 ACTIONS = ("new", "merged", "superseded", "conflicting")
@@ -202,7 +203,8 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     """
     if _norm(new.get("subject")) != _norm(old.get("subject")) or not _kinds_compatible(new, old):
         return "distinct"
-    if new["kind"] == "event" and old["kind"] == "event" and new.get("date") != old.get("date"):
+    if new["kind"] == old["kind"] == "event" and None not in (new.get("date"), old.get("date")) \
+            and new["date"] != old["date"]:
         return "distinct"  # the same thing done on another day is another event
     if {new["kind"], old["kind"]} == {"fact", "event"}:
         # "moved to Hangzhou" replaces "lives in Berlin", but a fact restating the move is a
@@ -213,20 +215,31 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     opposite = polarity(new) != polarity(old)
     lexical = keyword_similarity(codec.canonical_text(new), codec.canonical_text(old))
     confirm = max(similarity, lexical)
+    # Without vectors the fields carry the decision; the words only have to meet at all.
+    same_key_threshold = settings.merge_min_overlap if keyword_only else settings.merge_similarity_same_key
     if key_new and key_new == key_old:
         if same_value and not opposite:
-            return "duplicate" if confirm >= settings.merge_similarity_same_key else "distinct"
+            return "duplicate" if confirm >= same_key_threshold else "distinct"
         return "conflict" if _statement_pair(new, old) else "distinct"
     if key_new or key_old:  # one names a single-valued attribute, the other does not
         return "distinct"
     if same_value and _same_slot(new, old):
         if opposite:
             return "conflict" if _statement_pair(new, old) else "distinct"
-        return "duplicate" if confirm >= settings.merge_similarity_same_key else "distinct"
-    threshold = settings.merge_keyword_overlap if keyword_only else settings.merge_similarity
-    if not opposite and similarity >= threshold and lexical >= settings.merge_min_overlap:
+        return "duplicate" if confirm >= same_key_threshold else "distinct"
+    if opposite or names_clash(new, old):
+        return "distinct"
+    if keyword_only or _has_cjk(new, old):
+        # MiniLM reads most Chinese characters as [UNK]: two Chinese lines look alike to it
+        # whatever they say, so without shared values only the words can vouch for a merge.
+        return "duplicate" if lexical >= settings.merge_keyword_overlap else "distinct"
+    if similarity >= settings.merge_similarity and lexical >= settings.merge_min_overlap:
         return "duplicate"
     return "distinct"
+
+
+def _has_cjk(*records: dict) -> bool:
+    return any(text.has_cjk(codec.canonical_text(r)) for r in records)
 
 
 def _kinds_compatible(new: dict, old: dict) -> bool:
@@ -256,7 +269,9 @@ def _same_slot(new: dict, old: dict) -> bool:
 
 
 def _content_stems(phrase: str | None) -> set[str]:
-    return {w for w in _stems(_NEGATION.sub(" ", phrase or "")) if w not in _FUNCTION_STEMS}
+    # Chinese predicates are compared by character: 用 / 使用, 住 / 住在.
+    words = _stems(_NEGATION.sub(" ", phrase or ""))
+    return {p for w in words for p in (list(w) if text.has_cjk(w) else [w]) if p not in _FUNCTION_STEMS}
 
 
 def _statement_pair(new: dict, old: dict) -> bool:
@@ -267,7 +282,11 @@ def _statement_pair(new: dict, old: dict) -> bool:
 def attribute_key(record: dict) -> str | None:
     """The single-valued attribute a record's predicate names ("moved to" → "location"), or None."""
     predicate = (record.get("predicate") or "").strip()
-    if not predicate or predicate.lower() in _COPULAS:
+    copula = predicate.lower() in _COPULAS
+    favourite = _FAVOURITE.search(record.get("subject") or "" if copula else predicate)
+    if favourite:  # "favorite dance style (is)": one value at a time, whatever the thing
+        return "favorite " + " ".join(w for w in _stems(favourite.group(1)) if w not in _COPULAS)
+    if not predicate or copula:
         return None
     found = [key for key, phrases in ATTRIBUTE_KEYS.items() if any(_phrase_in(p, predicate) for p in phrases)]
     if len(found) == 1:
@@ -313,11 +332,26 @@ def polarity(record: dict) -> int:
 
 def value_overlap(new: dict, old: dict) -> float:
     """How much the two values (objects; the predicates when there is none) share: the
-    overlap coefficient of their stemmed content terms, negations left out."""
+    overlap coefficient of their stemmed content terms, negations left out. Names and
+    numbers must meet: "a cat named Oliver" and "a cat named Bailey" share nothing."""
     a, b = _value_terms(new), _value_terms(old)
     if not a or not b:
         return 1.0 if _norm(new.get("predicate")) == _norm(old.get("predicate")) else 0.0
+    if names_clash(new, old):
+        return 0.0
     return len(a & b) / min(len(a), len(b))
+
+
+def names_clash(new: dict, old: dict) -> bool:
+    """Both values carry names or numbers and share none ("Oliver" / "Bailey", "200 ms" / "500 ms")."""
+    a, b = _names(new), _names(old)
+    return bool(a and b and not a & b)
+
+
+def _names(record: dict) -> set[str]:
+    words = _WORD.findall(record.get("object") or "")
+    return {_stem(w.lower()) for w in words
+            if w.isdigit() or w[:1].isupper() and w.lower() not in text.STOP_WORDS}
 
 
 def _value_terms(record: dict) -> set[str]:

@@ -20,9 +20,9 @@ class Settings:
     # - the lines are at least merge_similarity similar by vector (merge_keyword_overlap by
     #   keywords when there are no vectors) and share merge_min_overlap of their terms.
     # dedup_candidates nearest atoms are examined, by vector and by keywords each.
-    merge_similarity: float = 0.86
-    merge_similarity_same_key: float = 0.72
-    merge_value_overlap: float = 0.5
+    merge_similarity: float = 0.88
+    merge_similarity_same_key: float = 0.66
+    merge_value_overlap: float = 0.75
     merge_keyword_overlap: float = 0.8
     merge_min_overlap: float = 0.3
     dedup_candidates: int = 8

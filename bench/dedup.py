@@ -1,0 +1,334 @@
+"""Measure the lifecycle's merge decision, and what dedup does to the dev split.
+
+Part 1 (always): the labelled pairs in bench/dedup_pairs.json (held atom a, new atom b, label
+duplicate / distinct / conflicting) are judged by lifecycle.relation with the real default
+embedder, and in keyword-only mode. Reported: precision and recall of "merge", both failure
+directions (distinct facts merged = information lost; duplicates left = budget wasted),
+conflict detection, a breakdown by language, and a sweep of the thresholds.
+
+Part 2 (with --atoms FILE, JSON lines from the extraction bench: record, confidence, source
+dia_ids, conv id): every candidate is absorbed in order into a fresh file per conversation;
+reported are active atoms before and after dedup and the near-duplicate active pairs left
+(cosine >= 0.9 between a user's active atoms).
+
+    .venv/bin/python bench/dedup.py                       # part 1 -> bench/results/dedup.json
+    .venv/bin/python bench/dedup.py --atoms /tmp/locomo_dev_atoms.jsonl   # + part 2 -> dedup_dev.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import memdb  # noqa: E402
+from memdb import codec, embed, lifecycle, store, text  # noqa: E402
+from memdb.settings import Settings  # noqa: E402
+
+PAIRS = ROOT / "bench" / "dedup_pairs.json"
+RESULTS = ROOT / "bench" / "results"
+DEV = ROOT.parent / "shared" / "data" / "locomo_dev.json"
+LABEL_OF = {"duplicate": "duplicate", "distinct": "distinct", "conflicting": "conflict"}
+
+
+# ---------------------------------------------------------------- part 1: labelled pairs
+
+
+def load_pairs(path: Path) -> list[dict]:
+    pairs = json.loads(path.read_text(encoding="utf-8"))["pairs"]
+    for pair in pairs:
+        pair["a"], pair["b"] = codec.validate(pair["a"]), codec.validate(pair["b"])
+    return pairs
+
+
+def cosines(pairs: list[dict], embedder) -> list[float]:
+    lines = [codec.canonical_text(p[side]) for p in pairs for side in ("a", "b")]
+    vectors = embedder.embed(lines)
+    return [float(vectors[2 * i] @ vectors[2 * i + 1]) for i in range(len(pairs))]
+
+
+def judge(pairs: list[dict], sims: list[float] | None, settings: Settings) -> list[str]:
+    """The relation for each pair: with cosines, or keyword-only when sims is None."""
+    out = []
+    for i, pair in enumerate(pairs):
+        a_line, b_line = codec.canonical_text(pair["a"]), codec.canonical_text(pair["b"])
+        sim = sims[i] if sims is not None else lifecycle.keyword_similarity(b_line, a_line)
+        out.append(lifecycle.relation(pair["b"], pair["a"], sim, settings, keyword_only=sims is None))
+    return out
+
+
+def scores(pairs: list[dict], predicted: list[str]) -> dict:
+    gold = [LABEL_OF[p["label"]] for p in pairs]
+    merged = [p == "duplicate" for p in predicted]
+    is_dup = [g == "duplicate" for g in gold]
+    tp = sum(m and d for m, d in zip(merged, is_dup))
+    conflicts = [p == "conflict" for p in predicted]
+    is_con = [g == "conflict" for g in gold]
+    ctp = sum(c and g for c, g in zip(conflicts, is_con))
+    return {
+        "pairs": len(pairs),
+        "merge_precision": _ratio(tp, sum(merged)),
+        "merge_recall": _ratio(tp, sum(is_dup)),
+        "merged_but_distinct": sum(m and g == "distinct" for m, g in zip(merged, gold)),
+        "merged_but_conflicting": sum(m and g == "conflict" for m, g in zip(merged, gold)),
+        "duplicates_left": sum(d and not m for m, d in zip(merged, is_dup)),
+        "conflict_precision": _ratio(ctp, sum(conflicts)),
+        "conflict_recall": _ratio(ctp, sum(is_con)),
+        "confusion": {g: dict(Counter(p for p, gg in zip(predicted, gold) if gg == g)) for g in sorted(set(gold))},
+    }
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def language(pair: dict) -> str:
+    langs = {bool(text.has_cjk(codec.canonical_text(pair[s]))) for s in ("a", "b")}
+    return "mixed" if len(langs) == 2 else ("zh" if True in langs else "en")
+
+
+def errors(pairs: list[dict], predicted: list[str], sims: list[float] | None) -> list[dict]:
+    return [
+        {"id": p["id"], "label": p["label"], "predicted": pred, "source": p["source"],
+         "a": codec.canonical_text(p["a"]), "b": codec.canonical_text(p["b"]),
+         "cosine": None if sims is None else round(sims[i], 3)}
+        for i, (p, pred) in enumerate(zip(pairs, predicted)) if LABEL_OF[p["label"]] != pred
+    ]
+
+
+def sweep(pairs: list[dict], sims: list[float], base: Settings) -> list[dict]:
+    rows = []
+    for field, values in {
+        "merge_similarity": (0.78, 0.82, 0.86, 0.9, 0.94),
+        "merge_similarity_same_key": (0.5, 0.6, 0.66, 0.72, 0.8),
+        "merge_value_overlap": (0.34, 0.5, 0.6, 0.75, 1.0),
+        "merge_min_overlap": (0.0, 0.2, 0.3, 0.5),
+    }.items():
+        for value in values:
+            settings = dataclasses.replace(base, **{field: value})
+            s = scores(pairs, judge(pairs, sims, settings))
+            rows.append({field: value, **{k: s[k] for k in (
+                "merge_precision", "merge_recall", "merged_but_distinct", "merged_but_conflicting", "duplicates_left")}})
+    for value in (0.6, 0.7, 0.8, 0.9, 1.0):
+        settings = dataclasses.replace(base, merge_keyword_overlap=value)
+        s = scores(pairs, judge(pairs, None, settings))
+        rows.append({"merge_keyword_overlap (keyword-only)": value, "merge_precision": s["merge_precision"],
+                     "merge_recall": s["merge_recall"], "merged_but_distinct": s["merged_but_distinct"],
+                     "duplicates_left": s["duplicates_left"]})
+    return rows
+
+
+def grid(pairs: list[dict], sims: list[float], base: Settings, top: int = 8) -> list[dict]:
+    """The best joint settings by F0.5 of the merge decision: precision counts double,
+    because a wrong merge loses a fact while a missed one only spends budget."""
+    rows = []
+    for ms in (0.8, 0.82, 0.84, 0.86, 0.88, 0.9):
+        for sk in (0.6, 0.66, 0.7, 0.72, 0.76, 0.8):
+            for vo in (0.5, 0.6, 0.75):
+                settings = dataclasses.replace(base, merge_similarity=ms, merge_similarity_same_key=sk,
+                                               merge_value_overlap=vo)
+                s = scores(pairs, judge(pairs, sims, settings))
+                p, r = s["merge_precision"] or 0.0, s["merge_recall"] or 0.0
+                f = 1.25 * p * r / (0.25 * p + r) if p + r else 0.0
+                rows.append({"merge_similarity": ms, "merge_similarity_same_key": sk, "merge_value_overlap": vo,
+                             "f0.5": round(f, 3), "merge_precision": p, "merge_recall": r,
+                             "merged_but_distinct": s["merged_but_distinct"], "duplicates_left": s["duplicates_left"]})
+    return sorted(rows, key=lambda row: -row["f0.5"])[:top]
+
+
+def labelled(embedder, settings: Settings) -> dict:
+    pairs = load_pairs(PAIRS)
+    sims = cosines(pairs, embedder)
+    vector = judge(pairs, sims, settings)
+    keyword = judge(pairs, None, settings)
+    by_lang = {}
+    for lang in ("en", "zh", "mixed"):
+        idx = [i for i, p in enumerate(pairs) if language(p) == lang]
+        by_lang[lang] = scores([pairs[i] for i in idx], [vector[i] for i in idx])
+    return {
+        "embedder": embedder.name,
+        "settings": {k: getattr(settings, k) for k in (
+            "merge_similarity", "merge_similarity_same_key", "merge_value_overlap",
+            "merge_keyword_overlap", "merge_min_overlap")},
+        "labels": dict(Counter(p["label"] for p in pairs)),
+        "vector": scores(pairs, vector),
+        "keyword_only": scores(pairs, keyword),
+        "vector_by_language": by_lang,
+        "cosine_by_label": {label: _spread([s for s, p in zip(sims, pairs) if p["label"] == label])
+                            for label in ("duplicate", "distinct", "conflicting")},
+        "errors_vector": errors(pairs, vector, sims),
+        "errors_keyword_only": errors(pairs, keyword, None),
+        "sweep": sweep(pairs, sims, settings),
+        "grid_best_f0.5": grid(pairs, sims, settings),
+    }
+
+
+def _spread(values: list[float]) -> dict:
+    a = np.array(values)
+    return {"n": len(a), "min": round(float(a.min()), 3), "median": round(float(np.median(a)), 3),
+            "max": round(float(a.max()), 3)}
+
+
+# ---------------------------------------------------------------- part 2: the dev split
+
+
+def load_atoms(path: Path) -> list[dict]:
+    """Candidates from the extraction bench; tolerant of its field names."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        record = row.get("record") or row
+        try:
+            record = codec.validate({k: v for k, v in record.items() if k in codec.SHORT_KEYS})
+        except memdb.InvalidInput:
+            continue
+        conv = row.get("conv") or row.get("conv_id") or row.get("sample_id")
+        dia = row.get("dia_ids") or row.get("source_dia_ids") or row.get("sources") or row.get("evidence") or []
+        out.append({"conv": conv, "record": record, "confidence": float(row.get("confidence", 0.8)),
+                    "dia_ids": [dia] if isinstance(dia, str) else list(dia)})
+    return out
+
+
+def session_times(sample: dict) -> dict[str, str]:
+    """dia_id -> ISO time of its session ("1:56 pm on 8 May, 2023"), a second per turn apart."""
+    conv, times = sample["conversation"], {}
+    for key, value in conv.items():
+        if key.startswith("session_") and key.endswith("_date_time"):
+            start = dt.datetime.strptime(value.strip(), "%I:%M %p on %d %B, %Y")
+            for j, turn in enumerate(conv[key[: -len("_date_time")]]):
+                times[turn["dia_id"]] = (start + dt.timedelta(seconds=j)).strftime("%Y-%m-%dT%H:%M:%S")
+    return times
+
+
+def dev_split(path: Path, embedder, settings: Settings) -> dict:
+    atoms = load_atoms(path)
+    samples = {s["sample_id"]: s for s in json.loads(DEV.read_text(encoding="utf-8"))}
+    report = {"file": str(path), "candidates": len(atoms), "conversations": {}}
+    for conv in sorted({a["conv"] for a in atoms if a["conv"] in samples}):
+        report["conversations"][conv] = _one_conversation(
+            samples[conv], [a for a in atoms if a["conv"] == conv], embedder, settings)
+    convs = report["conversations"].values()
+    report["total"] = {k: sum(c[k] for c in convs) for k in (
+        "candidates", "active_before", "active_after", "near_duplicate_pairs_before", "near_duplicate_pairs_after")}
+    return report
+
+
+def _one_conversation(sample: dict, atoms: list[dict], embedder, settings: Settings) -> dict:
+    times = session_times(sample)
+    vectors = embedder.embed([codec.canonical_text(a["record"]) for a in atoms])
+    with tempfile.TemporaryDirectory() as tmp, memdb.open(Path(tmp) / "dev.db", embedder=embedder,
+                                                           extract="defer", settings=settings) as mem:
+        user = sample["sample_id"]
+        turn_of = _store_turns(mem, sample, times, user)
+        actions: Counter = Counter()
+        started = time.perf_counter()
+        order = sorted(range(len(atoms)), key=lambda i: max((times.get(d, "") for d in atoms[i]["dia_ids"]), default=""))
+        for i in order:
+            atom = atoms[i]
+            turn_ids = [turn_of[d] for d in atom["dia_ids"] if d in turn_of]
+            ts = max((times[d] for d in atom["dia_ids"] if d in times), default=max(times.values()))
+            with store.write(mem.conn):
+                action, _ = lifecycle.absorb(mem.conn, user=user, record=atom["record"], confidence=atom["confidence"],
+                                             turn_ids=turn_ids, ts=ts, vector=vectors[i], settings=settings)
+            actions[action] += 1
+        elapsed = time.perf_counter() - started
+        active = [r[0] for r in mem.conn.execute('select "id" from "atoms" where "status" != 1 order by "id"')]
+        kept = _stored_vectors(mem, active)
+    return {
+        "candidates": len(atoms),
+        "active_before": len(atoms),
+        "active_after": len(active),
+        "actions": dict(actions),
+        "near_duplicate_pairs_before": _near_pairs(vectors),
+        "near_duplicate_pairs_after": _near_pairs(kept),
+        "atoms_with_a_near_duplicate_before": _with_partner(vectors),
+        "atoms_with_a_near_duplicate_after": _with_partner(kept),
+        "ms_per_absorb": round(1000 * elapsed / max(1, len(atoms)), 2),
+    }
+
+
+def _store_turns(mem, sample: dict, times: dict[str, str], user: str) -> dict[str, int]:
+    # Turns go in without vectors: part 2 measures atoms, and embedding every turn costs minutes.
+    conv, turn_of = sample["conversation"], {}
+    with store.write(mem.conn):
+        for key in sorted((k for k in conv if k.startswith("session_") and not k.endswith("date_time")),
+                          key=lambda k: int(k.split("_")[1])):
+            for seq, turn in enumerate(conv[key], start=1):
+                turn_of[turn["dia_id"]] = store.insert_turn(
+                    mem.conn, user=user, session=key, seq=seq, role="user", speaker=turn["speaker"],
+                    content=turn["text"], ts=times[turn["dia_id"]], vector=None)
+    return turn_of
+
+
+def _stored_vectors(mem, ids: list[int]) -> np.ndarray:
+    rows = [mem.conn.execute("select embedding from atoms_vec where atom_id = ?", (i,)).fetchone()[0] for i in ids]
+    return np.stack([np.frombuffer(r, dtype=np.float32) for r in rows]) if rows else np.zeros((0, 1), np.float32)
+
+
+def _near_pairs(vectors: np.ndarray, threshold: float = 0.9) -> int:
+    if len(vectors) < 2:
+        return 0
+    sims = vectors @ vectors.T
+    return int(np.triu(sims >= threshold, k=1).sum())
+
+
+def _with_partner(vectors: np.ndarray, threshold: float = 0.9) -> int:
+    if len(vectors) < 2:
+        return 0
+    sims = vectors @ vectors.T
+    np.fill_diagonal(sims, 0.0)
+    return int((sims >= threshold).any(axis=1).sum())
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--atoms", type=Path, help="JSON lines of extracted dev-split candidates (part 2)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    embedder, settings = embed.load(), Settings()
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = labelled(embedder, settings)
+    (args.out / "dedup.json").write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    _print_labelled(result)
+    if args.atoms:
+        if not args.atoms.exists():
+            print(f"\n{args.atoms} does not exist yet: the dev-split part waits for it")
+            return
+        dev = dev_split(args.atoms, embedder, settings)
+        (args.out / "dedup_dev.json").write_text(json.dumps(dev, indent=1) + "\n", encoding="utf-8")
+        print(json.dumps(dev, indent=1))
+
+
+def _print_labelled(result: dict) -> None:
+    print(f"labelled pairs: {result['labels']}  embedder: {result['embedder']}")
+    for mode in ("vector", "keyword_only"):
+        s = result[mode]
+        print(f"{mode:13} merge P={s['merge_precision']} R={s['merge_recall']}  "
+              f"distinct merged={s['merged_but_distinct']} conflicting merged={s['merged_but_conflicting']} "
+              f"duplicates left={s['duplicates_left']}  conflict P={s['conflict_precision']} R={s['conflict_recall']}")
+    for lang, s in result["vector_by_language"].items():
+        print(f"  {lang:6} n={s['pairs']:3} merge P={s['merge_precision']} R={s['merge_recall']} "
+              f"conflict R={s['conflict_recall']}")
+    print("errors (vector):")
+    for e in result["errors_vector"]:
+        print(f"  #{e['id']:3} {e['label']:11} -> {e['predicted']:9} cos={e['cosine']}  {e['a']}  |  {e['b']}")
+
+
+if __name__ == "__main__":
+    main()
