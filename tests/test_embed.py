@@ -253,3 +253,20 @@ def test_gguf_that_llama_cpp_rejects_is_unavailable(tmp_path: Path, capfd: pytes
     with pytest.raises(EmbedderUnavailable, match="llama.cpp cannot load"):
         embed.load(broken)
     assert ("", "") == tuple(capfd.readouterr())
+
+
+def test_threads_setting_limits_blas(minilm: embed.MiniLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl", reason="threads need the optional threadpoolctl")
+    expected = minilm.embed(["I hate cilantro."])
+    one = embed.load(threads=1)
+    seen: list[int] = []
+    forward = one.model.encode_batch
+
+    def spy(batch: list[list[int]]) -> np.ndarray:
+        seen.extend(p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas")
+        return forward(batch)
+
+    monkeypatch.setattr(one.model, "encode_batch", spy)
+    vectors = one.embed(["I hate cilantro."])
+    assert seen and {1} == set(seen)
+    np.testing.assert_allclose(expected, vectors, atol=1e-5)
