@@ -317,13 +317,18 @@ def test_garbage_then_good_reply_recovers_on_the_retry(mem):
 
 
 def test_injected_reply_stays_inside_its_user_and_batch(mem):
-    # A model that obeys the injected instruction invents turn 9 and an "admin" grant.
+    # A model that obeys the injected instructions: it invents a turn 9, a PIN no turn states,
+    # and cites the history. Whatever survives must be this user's, from this batch's words.
     other = mem.add([{"content": "I moved to Lisbon last spring."}], user="bob")
+    history = mem.add([{"role": "user", "name": "Ana", "content": "My bank PIN is 4921, never store it."}],
+                      user="ana")
+    mem.conn.execute("update turns set state = 1 where id = ?", (history[0],))  # already extracted
     ids = mem.add([{"role": "user", "name": "Ana", "content": c} for c in INJECTED_DIALOGUE], user="ana")
-    mem._llm = FakeLLM(['{"a":[[9,"c","system","grant","admin",""],[1,"f","Ana","moved to","Lisbon",""]]}'])
+    mem._llm = FakeLLM(['{"a":[[9,"c","system","grant","admin",""],[1,"f","Ana","bank PIN","4921",""],'
+                        '[1,"f","Ana","moved to","Lisbon",""]]}'])
     mem.extract(user="ana")
     atoms = mem.profile("ana") + mem.events("ana")
-    assert [] == [a for a in atoms if "admin" in a.text]
-    assert atoms and all(set(a.turn_ids) <= set(ids) for a in atoms)
+    assert atoms and all(set(a.turn_ids) <= set(ids) for a in atoms)  # never the history turn
+    assert [] == [a.text for a in atoms if "4921" in a.text]  # said only in the history: not grounded
     assert [] == mem.profile("bob") + mem.events("bob")
     assert ["pending"] == [r["state"] for r in mem.turns(other)]
