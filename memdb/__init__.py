@@ -112,6 +112,7 @@ class Memory:
         self._llm_spec = llm or os.environ.get("MEMDB_LLM") or None
         self._llm: Any = None
         self._lock = threading.RLock()
+        self._warned: set[str] = set()
         self.embedder, self.embedder_error = self._load_embedder(embedder)
 
     # ------------------------------------------------------------ setup
@@ -127,7 +128,7 @@ class Memory:
 
                 embedder = embed.load(spec, threads=self.threads)
         except EmbedderUnavailable as exc:
-            log.warning("memdb: embedder unavailable, running keyword-only: %s", exc)
+            self._warn_once(f"memdb: embedder unavailable, running keyword-only: {exc}")
             return None, str(exc)
         store.ensure_vectors(self.conn, embedder.name, embedder.dim)
         return embedder, None
@@ -150,7 +151,7 @@ class Memory:
         try:
             return self.embedder.embed(texts)
         except Exception as exc:  # a broken embedder must not lose the user's words
-            log.warning("memdb: embedding failed, storing without vectors: %s", exc)
+            self._warn_once(f"memdb: embedding failed, storing without vectors: {exc}")
             return None
 
     # ------------------------------------------------------------ writing
@@ -178,8 +179,13 @@ class Memory:
             try:
                 self.extract(turn_ids=ids)
             except Exception as exc:  # the agent loop never crashes because of memdb
-                log.warning("memdb: extraction deferred: %s", exc)
+                self._warn_once(f"memdb: turns stay pending, extraction failed: {exc}")
         return ids
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning(message)
 
     def extract(self, *, user: str | None = None, turn_ids: list[int] | None = None,
                 limit: int | None = None,
