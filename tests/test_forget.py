@@ -1,0 +1,173 @@
+"""forget() really forgets: the rows, everything derived from them, and the bytes on disk.
+
+Guards forget(user=), forget(turn_id=) and forget(atom_id=): the rows go, and so do the atoms
+whose only sources went, the FTS rows (including FTS5's shadow tables, whose segments keep
+deleted terms unless told otherwise) and the vectors (vec0's shadow tables). With
+secure_delete, once the WAL is checkpointed the file's raw bytes hold no forgotten text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+import pytest
+
+import memdb
+from memdb import lifecycle, store
+
+# Unique words: lowercase, no stemmable ending, no prefix shared with other words in the file,
+# so they can be looked for in FTS5 segments and raw bytes (FTS5 prefix-compresses its terms).
+SECRET = "qzj7secretw"
+ATOM_SECRET = "xkv4atomword"
+
+
+def _absorb(mem: memdb.Memory, user: str, obj: str, turn_ids: list[int]) -> int:
+    record = {"kind": "fact", "subject": user, "predicate": "keeps", "object": obj}
+    with store.write(mem.conn):
+        _, atom_id = lifecycle.absorb(
+            mem.conn, user=user, record=record, confidence=0.9, turn_ids=turn_ids,
+            ts="2026-05-01T10:00:00", vector=mem.embedder.embed([f"{user} keeps {obj}"])[0], settings=mem.settings,
+        )
+    return atom_id
+
+
+def _tables(conn: apsw.Connection) -> list[str]:
+    """Every table of the file, the FTS5 and vec0 shadow tables included."""
+    return [r[0] for r in conn.execute("select name from sqlite_schema where type = 'table' order by name")]
+
+
+def _tables_mentioning(conn: apsw.Connection, word: str, tail: int = 3) -> list[str]:
+    """Tables with any value (text or blob, FTS segments included) containing word or its tail
+    (a term stored prefix-compressed in an FTS5 leaf keeps only its tail)."""
+    needles = (word.encode(), word[tail:].encode())
+    found = []
+    for table in _tables(conn):
+        for row in conn.execute(f'select * from "{table}"'):
+            cells = [c.encode("utf-8", "surrogatepass") if isinstance(c, str) else c for c in row]
+            if any(isinstance(c, bytes) and any(n in c for n in needles) for c in cells):
+                found.append(table)
+                break
+    return found
+
+
+def _ids(conn: apsw.Connection) -> dict[str, set[int]]:
+    """The ids each table and index holds, vec0's own rowid table included."""
+    queries = {
+        "turns": 'select "id" from "turns"', "turns_fts": "select rowid from turns_fts",
+        "turns_vec": "select turn_id from turns_vec", "turns_vec_rowids": "select rowid from turns_vec_rowids",
+        "atoms": 'select "id" from "atoms"', "atoms_fts": "select rowid from atoms_fts",
+        "atoms_vec": "select atom_id from atoms_vec", "atoms_vec_rowids": "select rowid from atoms_vec_rowids",
+        "atom_sources.atom_id": "select atom_id from atom_sources",
+        "atom_sources.turn_id": "select turn_id from atom_sources",
+    }
+    return {name: {r[0] for r in conn.execute(sql)} for name, sql in queries.items()}
+
+
+def _raw_bytes(mem: memdb.Memory, path: Path) -> bytes:
+    mem.conn.execute("pragma wal_checkpoint(truncate)")
+    wal = Path(f"{path}-wal")
+    return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+
+@pytest.fixture
+def world(mem):
+    """alice holds the secrets; bob holds ordinary words that must survive alice's forgetting."""
+    bob = mem.add([{"content": f"bob takes the harbour ferry at {i}"} for i in range(40)], user="bob")
+    alice = mem.add([
+        {"content": f"my locker code word is {SECRET}"},
+        {"content": "I also take the harbour ferry"},
+        {"content": "the weather was fine"},
+    ], user="alice")
+    atoms = {
+        "only_first": _absorb(mem, "alice", f"{ATOM_SECRET} locker", [alice[0]]),
+        "first_and_second": _absorb(mem, "alice", "harbour ferry rides", [alice[0], alice[1]]),
+        "bob": _absorb(mem, "bob", "harbour ferry", bob[:2]),
+    }
+    mem.add([{"content": f"bob again {i}"} for i in range(5)], user="bob")  # alice's rows are not the last written
+    return {"alice": alice, "bob": bob, "atoms": atoms}
+
+
+def test_forget_user_removes_every_row_index_entry_and_shadow_row(mem, world):
+    bob_before = {name: ids - set(world["alice"]) for name, ids in _ids(mem.conn).items()}
+    assert _tables_mentioning(mem.conn, SECRET)  # the search below can find the word when it is there
+    assert {"turns": 3, "atoms": 2} == mem.forget(user="alice")
+    held = _ids(mem.conn)
+    alice_atoms = {world["atoms"]["only_first"], world["atoms"]["first_and_second"]}
+    for name, ids in held.items():
+        assert not ids & (alice_atoms if name.startswith("atom") and "turn" not in name else set(world["alice"]))
+    assert [] == _tables_mentioning(mem.conn, SECRET) + _tables_mentioning(mem.conn, ATOM_SECRET)
+    assert [] == _tables_mentioning(mem.conn, "alice", tail=0)  # vec0 partitions and atom subjects too
+    assert [] == mem.search(f"{SECRET} harbour ferry", user="alice")
+    assert {"turns": 0, "atoms": 0} == {k: mem.stats(user="alice")[k] for k in ("turns", "atoms")}
+    assert bob_before["turns"] == held["turns"] == held["turns_fts"] == held["turns_vec"]
+    assert world["atoms"]["bob"] in held["atoms"] & held["atoms_fts"] & held["atoms_vec"]
+    assert [] == mem.conn.execute("pragma foreign_key_check").fetchall()
+
+
+def test_forget_turn_removes_it_and_atoms_with_no_other_source(mem, world):
+    first, second, _ = world["alice"]
+    assert {"turns": 1, "atoms": 1} == mem.forget(turn_id=first)
+    held = _ids(mem.conn)
+    gone, kept = world["atoms"]["only_first"], world["atoms"]["first_and_second"]
+    for name in ("turns", "turns_fts", "turns_vec", "turns_vec_rowids", "atom_sources.turn_id"):
+        assert first not in held[name]
+    for name in ("atoms", "atoms_fts", "atoms_vec", "atoms_vec_rowids", "atom_sources.atom_id"):
+        assert gone not in held[name] and kept in held[name]
+    assert [second] == mem.get(kept).turn_ids  # still stands, on its remaining evidence
+    assert [] == _tables_mentioning(mem.conn, SECRET) + _tables_mentioning(mem.conn, ATOM_SECRET)
+    assert second in held["turns_fts"] and second in held["turns_vec"]
+
+
+def test_forget_atom_removes_it_and_keeps_its_turns(mem, world):
+    atom_id = world["atoms"]["only_first"]
+    assert {"turns": 0, "atoms": 1} == mem.forget(atom_id=atom_id)
+    held = _ids(mem.conn)
+    for name in ("atoms", "atoms_fts", "atoms_vec", "atoms_vec_rowids", "atom_sources.atom_id"):
+        assert atom_id not in held[name]
+    assert [] == _tables_mentioning(mem.conn, ATOM_SECRET)
+    assert set(world["alice"]) <= held["turns"] & held["turns_fts"] & held["turns_vec"]
+    with pytest.raises(memdb.NotFound):
+        mem.get(atom_id)
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["in place", "bulk"])
+@pytest.mark.parametrize("how", ["user", "turn_id"])
+def test_forgotten_text_and_vectors_are_gone_from_the_raw_file(mem, world, db_path, monkeypatch, how, bulk):
+    if bulk:  # big deletes take the other path (tombstones, then one optimize): exercise it on a small file
+        monkeypatch.setattr(store, "BULK_DELETE_ROWS", 0)
+    secret_turn = world["alice"][0]
+    vector = mem.conn.execute("select embedding from turns_vec where turn_id = ?", (secret_turn,)).fetchone()[0]
+    before = _raw_bytes(mem, db_path)
+    assert SECRET.encode() in before and vector in before  # so their absence below means something
+    mem.forget(**({"user": "alice"} if how == "user" else {"turn_id": secret_turn}))
+    after = _raw_bytes(mem, db_path)
+    for needle in (SECRET.encode(), SECRET[3:].encode(), ATOM_SECRET.encode(), ATOM_SECRET[3:].encode()):
+        assert needle not in after
+    assert vector not in after
+    assert ["ok"] == [r[0] for r in mem.conn.execute("pragma integrity_check")]
+
+
+def test_forget_user_on_reopened_file_still_scrubs(db_path, world, mem):
+    # secure_delete is a per-connection pragma and FTS5 secure-delete a table setting: a new
+    # connection on an old file must scrub too.
+    mem.close()
+    with memdb.open(db_path, embedder=mem.embedder, extract="defer") as again:
+        again.forget(user="alice")
+        assert SECRET.encode() not in _raw_bytes(again, db_path)
+
+
+@pytest.mark.parametrize("args", [{}, {"user": "alice", "turn_id": 1}, {"atom_id": "1"}, {"turn_id": True},
+                                  {"user": 5}])
+def test_forget_refuses_unclear_requests_and_deletes_nothing(mem, world, args):
+    before = _ids(mem.conn)
+    with pytest.raises(memdb.InvalidInput):
+        mem.forget(**args)
+    assert before == _ids(mem.conn)
+
+
+def test_forget_of_an_unknown_id_is_not_found(mem, world):
+    with pytest.raises(memdb.NotFound):
+        mem.forget(turn_id=10_000)
+    with pytest.raises(memdb.NotFound):
+        mem.forget(atom_id=10_000)
