@@ -208,7 +208,7 @@ def session_times(sample: dict) -> dict[str, str]:
     for key, value in conv.items():
         if key.startswith("session_") and key.endswith("_date_time"):
             start = dt.datetime.strptime(value.strip(), "%I:%M %p on %d %B, %Y")
-            for j, turn in enumerate(conv[key[: -len("_date_time")]]):
+            for j, turn in enumerate(conv.get(key[: -len("_date_time")], [])):
                 times[turn["dia_id"]] = (start + dt.timedelta(seconds=j)).strftime("%Y-%m-%dT%H:%M:%S")
     return times
 
@@ -234,6 +234,7 @@ def _one_conversation(sample: dict, atoms: list[dict], embedder, settings: Setti
         user = sample["sample_id"]
         turn_of = _store_turns(mem, sample, times, user)
         actions: Counter = Counter()
+        examples: list[dict] = []
         started = time.perf_counter()
         order = sorted(range(len(atoms)), key=lambda i: max((times.get(d, "") for d in atoms[i]["dia_ids"]), default=""))
         for i in order:
@@ -241,9 +242,12 @@ def _one_conversation(sample: dict, atoms: list[dict], embedder, settings: Setti
             turn_ids = [turn_of[d] for d in atom["dia_ids"] if d in turn_of]
             ts = max((times[d] for d in atom["dia_ids"] if d in times), default=max(times.values()))
             with store.write(mem.conn):
-                action, _ = lifecycle.absorb(mem.conn, user=user, record=atom["record"], confidence=atom["confidence"],
-                                             turn_ids=turn_ids, ts=ts, vector=vectors[i], settings=settings)
+                action, atom_id = lifecycle.absorb(
+                    mem.conn, user=user, record=atom["record"], confidence=atom["confidence"],
+                    turn_ids=turn_ids, ts=ts, vector=vectors[i], settings=settings)
             actions[action] += 1
+            if action != "new":
+                examples.append(_example(mem, action, atom_id, atom["record"]))
         elapsed = time.perf_counter() - started
         active = [r[0] for r in mem.conn.execute('select "id" from "atoms" where "status" != 1 order by "id"')]
         kept = _stored_vectors(mem, active)
@@ -257,15 +261,27 @@ def _one_conversation(sample: dict, atoms: list[dict], embedder, settings: Setti
         "atoms_with_a_near_duplicate_before": _with_partner(vectors),
         "atoms_with_a_near_duplicate_after": _with_partner(kept),
         "ms_per_absorb": round(1000 * elapsed / max(1, len(atoms)), 2),
+        "examples": examples,
     }
+
+
+def _example(mem, action: str, atom_id: int, record: dict) -> dict:
+    """What a non-new action did, readable: the new line and the line(s) it met."""
+    if action == "merged":
+        held = [mem.conn.execute('select "text" from "atoms" where "id" = ?', (atom_id,)).fetchone()[0]]
+    else:
+        held = [r[0] for r in mem.conn.execute(
+            'select "text" from "atoms" where "superseded_by" = :id or "id" in (select "other_id" from '
+            '"atom_conflicts" where "atom_id" = :id)', {"id": atom_id})]
+    return {"action": action, "new": codec.canonical_text(record), "held": held}
 
 
 def _store_turns(mem, sample: dict, times: dict[str, str], user: str) -> dict[str, int]:
     # Turns go in without vectors: part 2 measures atoms, and embedding every turn costs minutes.
     conv, turn_of = sample["conversation"], {}
     with store.write(mem.conn):
-        for key in sorted((k for k in conv if k.startswith("session_") and not k.endswith("date_time")),
-                          key=lambda k: int(k.split("_")[1])):
+        for key in sorted((k for k in conv if k.startswith("session_") and k[8:].isdigit()),
+                          key=lambda k: int(k[8:])):
             for seq, turn in enumerate(conv[key], start=1):
                 turn_of[turn["dia_id"]] = store.insert_turn(
                     mem.conn, user=user, session=key, seq=seq, role="user", speaker=turn["speaker"],

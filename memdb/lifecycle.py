@@ -201,41 +201,58 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     similarity is the vector cosine of the two canonical lines (or their keyword overlap in
     keyword-only mode); the fields decide what a high similarity may mean.
     """
-    if _norm(new.get("subject")) != _norm(old.get("subject")) or not _kinds_compatible(new, old):
+    if not _same_topic(new, old):
         return "distinct"
-    if new["kind"] == old["kind"] == "event" and None not in (new.get("date"), old.get("date")) \
-            and new["date"] != old["date"]:
-        return "distinct"  # the same thing done on another day is another event
     if {new["kind"], old["kind"]} == {"fact", "event"}:
         # "moved to Hangzhou" replaces "lives in Berlin", but a fact restating the move is a
         # fact of its own: the event stays true whatever happens to the fact later.
         return "conflict" if _slot_conflict(new, old, settings) else "distinct"
+    lexical = keyword_similarity(codec.canonical_text(new), codec.canonical_text(old))
+    # Without vectors the fields carry the decision; the words only have to meet at all.
+    floor = settings.merge_min_overlap if keyword_only else settings.merge_similarity_same_key
+    by_slot = _by_slot(new, old, settings, confirmed=max(similarity, lexical) >= floor)
+    return by_slot or _by_similarity(new, old, similarity, lexical, settings, keyword_only)
+
+
+def _same_topic(new: dict, old: dict) -> bool:
+    # Same subject, kinds that can say the same thing, and (events) not on two known dates.
+    if _norm(new.get("subject")) != _norm(old.get("subject")) or not _kinds_compatible(new, old):
+        return False
+    dates = (new.get("date"), old.get("date"))
+    return not (new["kind"] == old["kind"] == "event" and None not in dates and dates[0] != dates[1])
+
+
+def _by_slot(new: dict, old: dict, settings: Settings, *, confirmed: bool) -> str | None:
+    """The decision when both fill one slot (attribute key, preference target, predicate);
+    None when they do not, and similarity alone has to decide."""
     key_new, key_old = attribute_key(new), attribute_key(old)
     same_value = value_overlap(new, old) >= settings.merge_value_overlap
     opposite = polarity(new) != polarity(old)
-    lexical = keyword_similarity(codec.canonical_text(new), codec.canonical_text(old))
-    confirm = max(similarity, lexical)
-    # Without vectors the fields carry the decision; the words only have to meet at all.
-    same_key_threshold = settings.merge_min_overlap if keyword_only else settings.merge_similarity_same_key
     if key_new and key_new == key_old:
         if same_value and not opposite:
-            return "duplicate" if confirm >= same_key_threshold else "distinct"
+            return "duplicate" if confirmed else "distinct"
         return "conflict" if _statement_pair(new, old) else "distinct"
     if key_new or key_old:  # one names a single-valued attribute, the other does not
         return "distinct"
     if same_value and _same_slot(new, old):
         if opposite:
             return "conflict" if _statement_pair(new, old) else "distinct"
-        return "duplicate" if confirm >= same_key_threshold else "distinct"
-    if opposite or names_clash(new, old):
+        return "duplicate" if confirmed else "distinct"
+    return None
+
+
+def _by_similarity(new: dict, old: dict, similarity: float, lexical: float, settings: Settings,
+                   keyword_only: bool) -> str:
+    # Values worded differently ("a store selling fashion" / "an online clothing store"):
+    # only a high similarity merges, and never across a negation or two different names.
+    if polarity(new) != polarity(old) or names_clash(new, old):
         return "distinct"
     if keyword_only or _has_cjk(new, old):
         # MiniLM reads most Chinese characters as [UNK]: two Chinese lines look alike to it
         # whatever they say, so without shared values only the words can vouch for a merge.
         return "duplicate" if lexical >= settings.merge_keyword_overlap else "distinct"
-    if similarity >= settings.merge_similarity and lexical >= settings.merge_min_overlap:
-        return "duplicate"
-    return "distinct"
+    ok = similarity >= settings.merge_similarity and lexical >= settings.merge_min_overlap
+    return "duplicate" if ok else "distinct"
 
 
 def _has_cjk(*records: dict) -> bool:
@@ -322,12 +339,15 @@ def _key_by_words(predicate: str) -> str | None:
 
 
 def polarity(record: dict) -> int:
-    """+1 or -1: a preference's sentiment, else whether the predicate or object is negated."""
+    """+1 or -1: a preference's sentiment, else whether the predicate, or the object's first
+    words ("no dog", "不吃辣"), are negated. A negation deeper in the object is the object's
+    own business ("encourages Jon to keep pushing and not give up")."""
     sentiment = record.get("sentiment")
     if sentiment in ("like", "dislike"):
         return 1 if sentiment == "like" else -1
-    said = " ".join(filter(None, (record.get("predicate"), record.get("object"))))
-    return -1 if _NEGATION.search(said) else 1
+    negated = _NEGATION.search(record.get("predicate") or "")
+    leading = _NEGATION.match((record.get("object") or "").lstrip())
+    return -1 if negated or leading else 1
 
 
 def value_overlap(new: dict, old: dict) -> float:

@@ -158,6 +158,19 @@ def test_moving_city_supersedes_the_old_location(mini):
     assert shanghai[1] == mini.get(based[1]).superseded_by
 
 
+def test_changing_back_makes_a_chain_of_three_and_deletes_nothing(mini):
+    like = tell(mini, pref("coffee"), "2026-01-01T09:00:00")
+    hate = tell(mini, pref("coffee", "hates", "dislike"), "2026-02-01T09:00:00")
+    again = tell(mini, pref("coffee again", "loves", "like"), "2026-03-01T09:00:00")
+    assert ["new", "superseded", "superseded"] == [like[0], hate[0], again[0]]
+    chain = mini.history(like[1])
+    assert [like[1], hate[1], again[1]] == [a.id for a in chain]
+    assert ["superseded", "superseded", "active"] == [a.status for a in chain]
+    assert ["2026-02-01T09:00:00", "2026-03-01T09:00:00", None] == [a.valid_to for a in chain]
+    assert [1, 1, 1] == [len(a.turn_ids) for a in chain]
+    assert (3, 3) == (count(mini, "atoms"), count(mini, "atom_sources"))
+
+
 def test_comparable_evidence_keeps_both_marked_conflicting(mini):
     like = tell(mini, pref("coffee"), "2026-03-01T09:00:00", confidence=0.8)
     hate = tell(mini, pref("coffee", "hates", "dislike"), "2026-03-01T09:20:00", confidence=0.7)
