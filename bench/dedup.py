@@ -147,6 +147,23 @@ def grid(pairs: list[dict], sims: list[float], base: Settings, top: int = 8) -> 
     return sorted(rows, key=lambda row: -row["f0.5"])[:top]
 
 
+def cross_check(pairs: list[dict], sims: list[float], base: Settings) -> dict:
+    """Tune on one half (LoCoMo-derived or written pairs), score on the other: the in-sample
+    figures above flatter the rules, these do not."""
+    out = {}
+    for tune, test in (("locomo", "written"), ("written", "locomo")):
+        t_idx = [i for i, p in enumerate(pairs) if p["source"].startswith(tune)]
+        e_idx = [i for i, p in enumerate(pairs) if p["source"].startswith(test)]
+        best = grid([pairs[i] for i in t_idx], [sims[i] for i in t_idx], base, top=1)[0]
+        settings = dataclasses.replace(base, **{k: best[k] for k in (
+            "merge_similarity", "merge_similarity_same_key", "merge_value_overlap")})
+        held_out = scores([pairs[i] for i in e_idx], judge([pairs[i] for i in e_idx], [sims[i] for i in e_idx], settings))
+        out[f"tuned_on_{tune}_scored_on_{test}"] = {
+            "settings": {k: best[k] for k in ("merge_similarity", "merge_similarity_same_key", "merge_value_overlap")},
+            **{k: held_out[k] for k in ("pairs", "merge_precision", "merge_recall", "merged_but_distinct", "duplicates_left")}}
+    return out
+
+
 def labelled(embedder, settings: Settings) -> dict:
     pairs = load_pairs(PAIRS)
     sims = cosines(pairs, embedder)
@@ -156,6 +173,10 @@ def labelled(embedder, settings: Settings) -> dict:
     for lang in ("en", "zh", "mixed"):
         idx = [i for i, p in enumerate(pairs) if language(p) == lang]
         by_lang[lang] = scores([pairs[i] for i in idx], [vector[i] for i in idx])
+    by_source = {}
+    for origin in ("locomo", "written"):
+        idx = [i for i, p in enumerate(pairs) if p["source"].startswith(origin)]
+        by_source[origin] = scores([pairs[i] for i in idx], [vector[i] for i in idx])
     return {
         "embedder": embedder.name,
         "settings": {k: getattr(settings, k) for k in (
@@ -165,12 +186,14 @@ def labelled(embedder, settings: Settings) -> dict:
         "vector": scores(pairs, vector),
         "keyword_only": scores(pairs, keyword),
         "vector_by_language": by_lang,
+        "vector_by_source": by_source,
         "cosine_by_label": {label: _spread([s for s, p in zip(sims, pairs) if p["label"] == label])
                             for label in ("duplicate", "distinct", "conflicting")},
         "errors_vector": errors(pairs, vector, sims),
         "errors_keyword_only": errors(pairs, keyword, None),
         "sweep": sweep(pairs, sims, settings),
         "grid_best_f0.5": grid(pairs, sims, settings),
+        "cross_check": cross_check(pairs, sims, settings),
     }
 
 
@@ -338,9 +361,11 @@ def _print_labelled(result: dict) -> None:
         print(f"{mode:13} merge P={s['merge_precision']} R={s['merge_recall']}  "
               f"distinct merged={s['merged_but_distinct']} conflicting merged={s['merged_but_conflicting']} "
               f"duplicates left={s['duplicates_left']}  conflict P={s['conflict_precision']} R={s['conflict_recall']}")
-    for lang, s in result["vector_by_language"].items():
+    for lang, s in [*result["vector_by_language"].items(), *result["vector_by_source"].items()]:
         print(f"  {lang:6} n={s['pairs']:3} merge P={s['merge_precision']} R={s['merge_recall']} "
               f"conflict R={s['conflict_recall']}")
+    for name, c in result["cross_check"].items():
+        print(f"  {name}: {c}")
     print("errors (vector):")
     for e in result["errors_vector"]:
         print(f"  #{e['id']:3} {e['label']:11} -> {e['predicted']:9} cos={e['cosine']}  {e['a']}  |  {e['b']}")

@@ -39,8 +39,8 @@ log = logging.getLogger("memdb")
 # has many dogs, sisters and hobbies); they only merge when they say the same thing.
 ATTRIBUTE_KEYS: dict[str, tuple[str, ...]] = {
     "location": (
-        "lives in", "lives", "living in", "moved to", "moving to", "relocated to", "is based in",
-        "based in", "resides in", "resides", "settled in", "home is in", "stays in",
+        "lives in", "living in", "moved to", "moving to", "relocated to", "is based in",
+        "based in", "resides in", "settled in", "home is in", "stays in",
         "住在", "住", "搬到", "搬去", "搬家到", "定居", "居住", "现居", "常驻", "生活在",
     ),
     "origin": ("is from", "comes from", "originally from", "grew up in", "hometown", "来自", "老家", "出生在", "出生于"),
@@ -51,6 +51,7 @@ ATTRIBUTE_KEYS: dict[str, tuple[str, ...]] = {
         "engaged to", "divorced from", "partner is", "boyfriend is", "girlfriend is", "husband is", "wife is",
         "结婚", "单身", "恋爱", "男朋友", "女朋友", "离婚",
     ),
+    "household": ("lives with", "shares a flat with", "shares an apartment with", "同住", "合租"),
     "age": ("age", "aged", "years old", "is years old", "岁", "年龄"),
     "name": ("name is", "is named", "is called", "goes by", "名字", "叫"),
     "school": ("studies at", "attends", "goes to school at", "enrolled at", "就读", "在读"),
@@ -65,8 +66,6 @@ _NEGATION = re.compile(
 _WORD = re.compile(r"[^\W\d_]+(?:'[a-z]+)?|\d+", re.I)
 _FAVOURITE = re.compile(r"(?:\bfavou?rite|最喜欢的)\s*([^\W\d_].*)", re.I)
 _COPULAS = frozenset({"is", "am", "are", "was", "were", "be", "是", "为"})
-
-ACTIONS = ("new", "merged", "superseded", "conflicting")
 
 
 @dataclass
