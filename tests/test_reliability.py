@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,6 +76,39 @@ def test_a_late_first_open_keeps_the_vectors_of_an_early_one(db_path, monkeypatc
             pass
         assert not stale  # the stale look did happen
         assert sorted(ids) == [r[0] for r in early.conn.execute("select turn_id from turns_vec order by 1")]
+
+
+def test_threads_sharing_one_memory_lose_nothing(mem):
+    # Memory says it is safe to share between threads: 3 adding and 2 searching at once.
+    results: dict[str, list[int]] = {}
+    errors: list[BaseException] = []
+
+    def writer(name: str) -> None:
+        try:
+            results[name] = [i for n in range(25) for i in mem.add(
+                [{"content": f"{name} note {n} about the harbour"}, {"content": f"{name} second {n}"}], user=name)]
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for _ in range(40):
+                mem.search("harbour note", user="w0", k=5)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(3)]
+    threads += [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert [] == errors
+    ids = sorted(i for got in results.values() for i in got)
+    assert ids == [r[0] for r in mem.conn.execute("select id from turns order by id")]
+    assert 150 == len(ids) == len(set(ids))
+    for name, got in results.items():  # each user's turns in the order add() returned them
+        assert list(range(1, 51)) == [r["seq"] for r in mem.turns(got)]
 
 
 def _run_bench(script: str, *args: str, out: Path) -> dict:
