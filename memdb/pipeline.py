@@ -97,7 +97,15 @@ def _write(mem: "Memory", turns, candidates, outcomes, counts: dict[str, int]) -
     vectors = mem._embed([codec.canonical_text(c.record) for c in candidates])
     ts_of = {t.id: t.ts for t in turns}
     with mem._lock, store.write(mem.conn):
+        # While the model ran, another process may have extracted these turns or forget() may
+        # have removed them: write only for turns still pending, so nothing is absorbed twice
+        # and no atom cites a turn that is gone.
+        marks = ",".join("?" * len(turns))
+        pending = {r[0] for r in mem.conn.execute(
+            f'select "id" from "turns" where "state" = 0 and "id" in ({marks})', [t.id for t in turns])}
         for i, cand in enumerate(candidates):
+            if not set(cand.turn_ids) <= pending:
+                continue
             ts = max(ts_of.get(t, turns[-1].ts) for t in cand.turn_ids) if cand.turn_ids else turns[-1].ts
             action, _ = lifecycle.absorb(
                 mem.conn, user=turns[0].user, record=cand.record, confidence=cand.confidence,
@@ -106,6 +114,8 @@ def _write(mem: "Memory", turns, candidates, outcomes, counts: dict[str, int]) -
             )
             counts[action] = counts.get(action, 0) + 1
         for turn in turns:
+            if turn.id not in pending:
+                continue
             outcome = outcomes.get(turn.id)
             if outcome is None:  # extract() must account for every turn; say so if it did not
                 outcome = extract_outcome("failed", "extraction returned no outcome for this turn")
