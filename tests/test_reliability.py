@@ -111,6 +111,47 @@ def test_threads_sharing_one_memory_lose_nothing(mem):
         assert list(range(1, 51)) == [r["seq"] for r in mem.turns(got)]
 
 
+class HookedLLM:
+    """A scripted model that runs `during` while it "thinks": another connection acting on the
+    same file between the moment extraction read its turns and the moment it writes."""
+
+    name = "hooked-llm"
+    sha256 = "h" * 64
+
+    def __init__(self, during: Callable[[], object] = lambda: None) -> None:
+        self.during = during
+
+    def complete(self, messages: list[dict[str, str]], *, schema: dict, max_tokens: int) -> str:
+        self.during()
+        self.during = lambda: None
+        return '{"a":[{"kind":"fact","subject":"Ana","predicate":"keeps","object":"a rose garden"}]}'
+
+
+ROSE = [{"role": "user", "name": "Ana", "content": "I keep a rose garden behind the house."}]
+
+
+def test_two_processes_extracting_the_same_turns_absorb_them_once(db_path):
+    with memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as first, \
+            memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as second:
+        ids = first.add(ROSE, user="ana")
+        second._llm = HookedLLM()
+        first._llm = HookedLLM(during=lambda: second.extract())  # the other one finishes first
+        counts = first.extract()
+        (atom,) = first.profile("ana")
+        assert (1, ids) == (atom.seen, atom.turn_ids)  # not merged into itself a second time
+        assert 0 == counts["done"] + counts["new"] + counts["merged"]
+
+
+def test_a_turn_forgotten_while_the_model_runs_gets_no_atom(db_path):
+    with memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as mem, \
+            memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as other:
+        (tid,) = mem.add(ROSE, user="ana")
+        mem._llm = HookedLLM(during=lambda: other.forget(turn_id=tid))
+        mem.extract()  # must not raise, nor write an atom citing a turn that is gone
+        assert ([], 0) == (mem.profile("ana"), mem.stats()["atoms"])
+        assert [] == mem.conn.execute("pragma foreign_key_check").fetchall()
+
+
 def _run_bench(script: str, *args: str, out: Path) -> dict:
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args, "--out", str(out)],
                           capture_output=True, text=True, timeout=240, cwd=ROOT)
