@@ -221,7 +221,7 @@ def load_atoms(path: Path) -> list[dict]:
         conv = row.get("conv") or row.get("conv_id") or row.get("sample_id")
         dia = row.get("dia_ids") or row.get("source_dia_ids") or row.get("sources") or row.get("evidence") or []
         out.append({"conv": conv, "record": record, "confidence": float(row.get("confidence", 0.8)),
-                    "dia_ids": [dia] if isinstance(dia, str) else list(dia)})
+                    "dia_ids": [dia] if isinstance(dia, str) else list(dia), "ts": row.get("ts")})
     return out
 
 
@@ -259,11 +259,12 @@ def _one_conversation(sample: dict, atoms: list[dict], embedder, settings: Setti
         actions: Counter = Counter()
         examples: list[dict] = []
         started = time.perf_counter()
-        order = sorted(range(len(atoms)), key=lambda i: max((times.get(d, "") for d in atoms[i]["dia_ids"]), default=""))
+        order = sorted(range(len(atoms)), key=lambda i: atoms[i]["ts"] or max(
+            (times.get(d, "") for d in atoms[i]["dia_ids"]), default=""))
         for i in order:
             atom = atoms[i]
             turn_ids = [turn_of[d] for d in atom["dia_ids"] if d in turn_of]
-            ts = max((times[d] for d in atom["dia_ids"] if d in times), default=max(times.values()))
+            ts = atom["ts"] or max((times[d] for d in atom["dia_ids"] if d in times), default=max(times.values()))
             with store.write(mem.conn):
                 action, atom_id = lifecycle.absorb(
                     mem.conn, user=user, record=atom["record"], confidence=atom["confidence"],

@@ -12,13 +12,16 @@ class Settings:
     extract_batch: int = 6
     extract_history: int = 3
 
-    # Dedup (lifecycle.py, tuned by bench/dedup.py on bench/dedup_pairs.json): a new atom
+    # Dedup (lifecycle.py; tuned with bench/dedup.py on bench/dedup_pairs.json, favouring
+    # precision: a wrong merge loses a fact, a missed one only spends budget). A new atom
     # merges into one of the same user, subject, kind and polarity when either
     # - they fill the same slot (attribute key, preference target, or predicate + object, the
     #   values sharing at least merge_value_overlap of their terms) and the lines are at least
-    #   merge_similarity_same_key similar (vector cosine or keyword overlap, the larger), or
-    # - the lines are at least merge_similarity similar by vector (merge_keyword_overlap by
-    #   keywords when there are no vectors) and share merge_min_overlap of their terms.
+    #   merge_similarity_same_key similar (cosine or keyword overlap, the larger; without
+    #   vectors merge_min_overlap of keyword overlap is enough), or
+    # - the lines are at least merge_similarity similar by vector and share merge_min_overlap
+    #   of their terms; without vectors, or for Chinese lines (MiniLM reads them as [UNK]),
+    #   merge_keyword_overlap of their terms instead.
     # dedup_candidates nearest atoms are examined, by vector and by keywords each.
     merge_similarity: float = 0.88
     merge_similarity_same_key: float = 0.66
