@@ -12,7 +12,6 @@ import pytest
 import memdb
 from memdb import codec, embed, lifecycle, store
 from memdb.settings import Settings
-from tests.conftest import HashEmbedder
 
 
 @pytest.fixture(scope="module")
@@ -260,11 +259,17 @@ def test_older_event_ranks_below_an_equally_matching_newer_one(mem):
     assert hits[0].score > hits[1].score
 
 
-def test_facts_do_not_fade(tmp_path):
-    settings = Settings()
-    with memdb.open(tmp_path / "f.db", embedder=HashEmbedder(), extract="defer", settings=settings) as mem:
-        old = tell(mem, fact("is allergic to", "peanuts"), "2020-01-05T18:00:00")
-        tell(mem, fact("owns", "a boat"), "2026-01-05T18:00:00")
-        (hit,) = mem.search("allergic peanuts", user="alice", layer="atoms", k=1)
-        assert old[1] == hit.id
-        assert None is settings.half_life_days["fact"]
+def test_facts_do_not_fade_while_preferences_do(mem):
+    # Identical lines stored a year apart (written directly: dedup would merge them), so
+    # only freshness can tell their scores apart.
+    line = mem.embedder.embed(["Alice allergic peanuts"])[0]
+    ids = {}
+    with store.write(mem.conn):
+        for kind, when in [("fact", "2025-01-01T09:00:00"), ("fact", "2026-01-01T09:00:00"),
+                           ("preference", "2025-01-01T09:00:00"), ("preference", "2026-01-01T09:00:00")]:
+            record = {"kind": kind, "subject": "Alice", "predicate": "allergic", "object": "peanuts"}
+            ids[kind, when[:4]] = store.insert_atom(mem.conn, user="alice", record=record, confidence=0.8,
+                                                    turn_ids=[], first_seen=when, last_seen=when, vector=line)
+    score = {h.id: h.score for h in mem.search("allergic peanuts", user="alice", layer="atoms")}
+    assert score[ids["fact", "2025"]] == pytest.approx(score[ids["fact", "2026"]])
+    assert score[ids["preference", "2025"]] < score[ids["preference", "2026"]]
