@@ -90,6 +90,8 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
         raise InvalidInput(f"extract must be one of {', '.join(EXTRACT_MODES)}, not {extract!r}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InvalidInput(f"threads must be a positive integer, not {threads!r}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidInput(f"path must be a str or os.PathLike, not {type(path).__name__}")
     conn = store.connect(os.fspath(path))
     try:
         return Memory(conn, os.fspath(path), embedder=embedder, llm=llm, extract=extract,
@@ -197,6 +199,10 @@ class Memory:
         """
         from . import pipeline
 
+        if turn_ids is not None:
+            turn_ids = _check_ids(turn_ids, "turn_ids")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise InvalidInput(f"limit must be a positive integer, not {limit!r}")
         return pipeline.run(self, user=user, turn_ids=turn_ids, limit=limit, progress=progress)
 
     def forget(self, *, user: str | None = None, atom_id: int | None = None,
@@ -389,10 +395,13 @@ class Memory:
 
     def turns(self, turn_ids: list[int], *, user: str | None = None) -> list[dict]:
         """L0 rows by id (the evidence behind a hit), in id order."""
+        turn_ids = _check_ids(turn_ids, "turn_ids")
+        if user is not None:  # user="" must not mean "every user"
+            store.check_name(user, "user")
         marks = ",".join("?" * len(turn_ids))
         sql = ('select "id", "user", "session", "seq", "role", "speaker", "content", "ts", "state", "reason" '
-               f'from "turns" where "id" in ({marks})' + (' and "user" = ?' if user else "") + ' order by "id"')
-        args = (*turn_ids, user) if user else tuple(turn_ids)
+               f'from "turns" where "id" in ({marks})' + (' and "user" = ?' if user is not None else "") + ' order by "id"')
+        args = (*turn_ids, user) if user is not None else tuple(turn_ids)
         with self._lock:
             rows = self.conn.execute(sql, args).fetchall()
         keys = ("id", "user", "session", "seq", "role", "speaker", "content", "ts", "state", "reason")
@@ -457,6 +466,14 @@ class Memory:
 
     def __repr__(self) -> str:
         return f"<memdb.Memory {self.path!r}>"
+
+
+def _check_ids(ids: Any, field: str) -> list[int]:
+    # A str is iterable and would be read as one id per character; a None or a dict would
+    # reach SQLite as a binding it cannot take.
+    if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise InvalidInput(f"{field} must be a list of integer ids, not {str(ids)[:60]!r}")
+    return list(ids)
 
 
 def _file_errors(method: Callable) -> Callable:
