@@ -112,6 +112,37 @@ def test_good_input_at_the_limits_is_accepted_verbatim(mem):
     assert (content, "tool", "2026-01-02T03:04:05") == (row["content"], row["role"], row["ts"])
 
 
+# Wrong arguments to the rest of the API: InvalidInput naming the argument, never a TypeError
+# from deep inside, and never a str read as one id per character.
+BAD_CALLS: list[tuple[str, object, str]] = [
+    ("turns(None)", lambda m: m.turns(None), "turn_ids"),
+    ("turns('12')", lambda m: m.turns("12"), "turn_ids"),
+    ("turns([{}])", lambda m: m.turns([{}]), "turn_ids"),
+    ("turns([True])", lambda m: m.turns([True]), "turn_ids"),
+    ("turns(user=5)", lambda m: m.turns([1], user=5), "user"),
+    ("extract(turn_ids='1')", lambda m: m.extract(turn_ids="1"), "turn_ids"),
+    ("extract(turn_ids=[None])", lambda m: m.extract(turn_ids=[None]), "turn_ids"),
+    ("extract(limit='x')", lambda m: m.extract(limit="x"), "limit"),
+    ("extract(limit=0)", lambda m: m.extract(limit=0), "limit"),
+    ("get('1')", lambda m: m.get("1"), "id"),
+    ("forget(turn_id=1.0)", lambda m: m.forget(turn_id=1.0), "id"),
+    ("events(since='soon')", lambda m: m.events("alice", since="soon"), "since"),
+    ("context(budget=0)", lambda m: m.context("x", user="alice", budget=0), "budget"),
+    ("search(k='3')", lambda m: m.search("x", user="alice", k="3"), "k"),
+    ("search(query=b'x')", lambda m: m.search(b"x", user="alice"), "query"),
+    ("open(5)", lambda m: memdb.open(5, embedder=None), "path"),
+]
+
+
+@pytest.mark.parametrize("call, field", [(c, f) for _, c, f in BAD_CALLS], ids=[n for n, _, _ in BAD_CALLS])
+def test_wrong_api_arguments_raise_invalid_input_naming_them(mem, call, field):
+    mem.add([OK], user="alice")
+    before = _row_counts(mem)
+    with pytest.raises(memdb.InvalidInput, match=field):
+        call(mem)
+    assert before == _row_counts(mem)
+
+
 # ---------------------------------------------------------------- search(): hostile queries
 
 HOSTILE_QUERIES = [

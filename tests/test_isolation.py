@@ -118,3 +118,10 @@ def test_history_of_another_users_atom_is_not_found(mem):
         mem.get(atom_id, user="alice")
     assert [] == mem.turns([bob_turn], user="alice")
     assert [] == mem.profile("alice")
+
+
+def test_an_empty_user_is_refused_not_read_as_every_user(mem):
+    # turns(user="") used to drop the user filter (a falsy user meant "no scope").
+    ids = mem.add([{"content": "alice's words"}], user="alice")
+    with pytest.raises(memdb.InvalidInput, match="user"):
+        mem.turns(ids, user="")
