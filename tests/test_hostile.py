@@ -14,7 +14,7 @@ import random
 import string
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 import memdb
 from memdb import codec, extract
@@ -77,6 +77,35 @@ def test_bad_messages_are_refused_naming_the_field_and_write_nothing(mem, messag
         mem.add(messages, user="alice")
     assert field in str(err.value)
     assert before == _row_counts(mem)
+
+
+any_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=30)
+legal_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs")), min_size=1, max_size=30)
+any_value = st.none() | st.booleans() | st.integers() | st.floats() | any_text | st.binary(max_size=5)
+# Well-formed messages whose text may hold anything (control characters, surrogates), so both
+# outcomes happen often, and arbitrary dicts and values.
+shaped_message = st.fixed_dictionaries(
+    {"content": legal_text | any_text},
+    optional={"role": st.sampled_from(["user", "assistant", "tool", "system"]), "name": legal_text | any_text,
+              "ts": st.sampled_from(["2026-05-01T10:00:00", "2026-05-01", "2026-05-01T10:00:00+02:00"])},
+)
+any_message = st.dictionaries(st.sampled_from(["role", "content", "name", "ts", "speaker"]), any_value)
+
+
+@settings(max_examples=150, deadline=None)
+@given(messages=st.lists(shaped_message, min_size=1, max_size=3) | st.lists(any_message | any_value, max_size=3) | any_value)
+def test_add_either_stores_verbatim_or_refuses_and_writes_nothing(messages):
+    with memdb.open(":memory:", embedder=HashEmbedder(), extract="defer") as mem:
+        try:
+            ids = mem.add(messages, user="alice")
+        except memdb.InvalidInput:
+            event("refused")
+            assert (0, 0, 0) == _row_counts(mem)
+            return
+        event("stored")
+        sent = messages if isinstance(messages, list) else [messages]
+        assert [m["content"] for m in sent] == [r["content"] for r in mem.turns(ids)]
+        assert (len(ids),) * 3 == _row_counts(mem)
 
 
 BAD_NAMES: list[tuple[object, str]] = [
