@@ -2,11 +2,14 @@
 
 Each round starts a child process that opens the file and loops: add() 1-4 messages, then
 report the returned ids and contents on a log file (one unbuffered write per add, after add()
-returned), and every few adds extract pending turns with a scripted model (EchoLLM), so the
-kill also lands inside extraction transactions. The parent SIGKILLs the child at a random
+returned); every few adds it extracts pending turns with a scripted model (EchoLLM) and now
+and then forgets one of its turns (logged before and after), so the kill also lands inside
+extraction and forget transactions. The first round and every tenth are killed early, while
+the child imports, creates or opens the file. The parent SIGKILLs the child at a random
 moment, then opens the file and checks:
 
-- every turn whose add() returned is present, with its exact content;
+- every turn whose add() returned is present, with its exact content (unless the child had
+  started to forget it), and every turn whose forget() returned is gone;
 - `pragma integrity_check` is ok, foreign keys hold, and turns_fts / turns_vec / atoms_fts /
   atoms_vec hold exactly the ids of their tables;
 - turns are only ever pending, done, skipped or failed; at the end one extract() with the
@@ -52,6 +55,7 @@ def child(path: str, log_path: str, seed: int) -> None:
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     mem = _open(path)
     mem._llm = EchoLLM()
+    mine: list[int] = []
     n = 0
     while True:
         n += 1
@@ -60,28 +64,44 @@ def child(path: str, log_path: str, seed: int) -> None:
         ids = mem.add([{"content": c} for c in contents], user=user, session=f"s{rng.randrange(2)}")
         # One write(2) per add: the kernel holds it even if this process dies the next instant.
         os.write(log, (json.dumps({"ids": ids, "contents": contents}) + "\n").encode())
+        mine += ids
         if n % 4 == 0:
             mem.extract(limit=rng.randint(1, 12))
+        if n % 7 == 0:
+            victim = mine.pop(rng.randrange(len(mine)))
+            os.write(log, (json.dumps({"forgetting": victim}) + "\n").encode())
+            mem.forget(turn_id=victim)
+            os.write(log, (json.dumps({"forgot": victim}) + "\n").encode())
 
 
-def _acknowledged(log_path: Path) -> dict[int, str]:
-    """id -> content of every turn the child saw add() return (a torn last line cannot occur:
-    each line is one write; a partial one would mean the add had not been reported yet)."""
+def _acknowledged(log_path: Path) -> tuple[dict[int, str], set[int]]:
+    """(id -> content of every turn add() returned and no forget() was started for, ids whose
+    forget() returned). Each line is one write(2), so a line is whole or absent."""
     acked: dict[int, str] = {}
+    forgotten: set[int] = set()
     if log_path.exists():
         for line in log_path.read_text().splitlines():
             entry = json.loads(line)
-            acked.update(zip(entry["ids"], entry["contents"]))
-    return acked
+            if "ids" in entry:
+                acked.update(zip(entry["ids"], entry["contents"]))
+            elif "forgetting" in entry:
+                acked.pop(entry["forgetting"], None)  # may or may not be gone: the kill decides
+            else:
+                forgotten.add(entry["forgot"])
+    return acked, forgotten
 
 
-def _verify(path: str, acked: dict[int, str]) -> dict[str, Any]:
+def _verify(path: str, logged: tuple[dict[int, str], set[int]]) -> dict[str, Any]:
+    acked, forgotten = logged
     with _open(path) as mem:
         rows = dict(mem.conn.execute('select "id", "content" from "turns"').fetchall())
         states = {r["state"] for r in mem.turns(list(rows))} if rows else set()
         pending = mem.conn.execute('select count(*) from "turns" where "state" = 0').fetchone()[0]
         problems = check_file(mem.conn)
     lost = [i for i, content in acked.items() if rows.get(i) != content]
+    back = sorted(forgotten & set(rows))
+    if back:
+        problems.append(f"forgotten turns are back: {back[:5]}")
     if not states <= STATES:
         problems.append(f"unknown turn states {states - STATES}")
     return {"turns": len(rows), "pending": pending, "lost": lost, "problems": problems}
@@ -100,8 +120,8 @@ def run(path: str, kills: int, seed: int) -> dict[str, Any]:
         with open(err_path, "wb") as err:
             proc = subprocess.Popen([sys.executable, __file__, "--child", path, str(log_path), str(seed * 1000 + round_)],
                                     stdout=subprocess.DEVNULL, stderr=err)
-        if round_ % 10 == 9:
-            time.sleep(rng.uniform(0.05, 0.8))  # now and then while it imports or opens the file
+        if round_ % 10 == 0:
+            time.sleep(rng.uniform(0.05, 0.8))  # first and every tenth: while it imports, creates or opens the file
         else:  # mostly once it is ingesting: after its first add, a little later
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and proc.poll() is None and (
@@ -119,19 +139,20 @@ def run(path: str, kills: int, seed: int) -> dict[str, Any]:
         check = _verify(path, _acknowledged(log_path))
         lost += check["lost"]
         problems += [f"after kill {round_ + 1}: {p}" for p in check["problems"]]
-    acked = _acknowledged(log_path)
-    before_resume = _verify(path, acked)
+    logged = _acknowledged(log_path)
+    before_resume = _verify(path, logged)
     with _open(path) as mem:  # resume: the pending turns left by the kills get extracted now
         mem._llm = EchoLLM()
         resumed = mem.extract()
-    after = _verify(path, acked)
+    after = _verify(path, logged)
     problems += [f"after resume: {p}" for p in after["problems"]]
     return {
         "kills": killed,
         "children_exited_before_kill": exited_early,
         "child_errors": child_errors[:3],
-        "adds_acknowledged": len(log_path.read_text().splitlines()) if log_path.exists() else 0,
-        "turns_acknowledged": len(acked),
+        "adds_acknowledged": sum('"ids"' in line for line in log_path.read_text().splitlines()),
+        "turns_acknowledged": len(logged[0]),
+        "forgets_acknowledged": len(logged[1]),
         "turns_in_file": after["turns"],
         "rows_lost": len(set(lost)),
         "lost_ids": sorted(set(lost))[:20],
