@@ -116,10 +116,12 @@ def test_repeated_load_reuses_the_weights(minilm: embed.MiniLM) -> None:
     assert minilm.model is embed.load("minilm").model
 
 
-def test_model_is_extracted_into_the_cache_keyed_by_sha(minilm: embed.MiniLM, cache: Path) -> None:
+def test_model_is_extracted_into_the_cache_keyed_by_sha(cache: Path) -> None:
     digest = embed.file_sha256(embed.model_zip())
-    folder = cache / f"all-MiniLM-L6-v2-{digest[:16]}"
+    folder = embed.model_dir()
+    assert cache / f"all-MiniLM-L6-v2-{digest[:16]}" == folder
     assert sorted(embed._NEEDED) == sorted(p.name for p in folder.iterdir())
+    assert [folder.name] == [p.name for p in cache.iterdir()]  # no temporary folder left behind
 
 
 def test_racing_extractions_both_succeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
