@@ -373,6 +373,9 @@ def check_name(value: object, field: str) -> str:
     if not value or len(value) > 256:
         raise InvalidInput(f"{field} must be 1 to 256 characters long")
     _check_text(value, field)
+    breaks = [ch for ch in "\t\n\r" if ch in value]
+    if breaks:  # a speaker name is printed into the extraction prompt: one line, or it forges lines
+        raise InvalidInput(f"{field} holds {breaks[0]!r}; names are one line of printable text")
     return value
 
 
