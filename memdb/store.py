@@ -366,6 +366,10 @@ def _clamp(confidence: float) -> float:
 # ---------------------------------------------------------------- input checks
 
 
+# What str.splitlines() breaks on, and tab: none of it belongs in a one-line name.
+_LINE_BREAKS = frozenset("\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
 def check_name(value: object, field: str) -> str:
     """A user or session id: a non-empty printable string."""
     if not isinstance(value, str):
@@ -373,7 +377,7 @@ def check_name(value: object, field: str) -> str:
     if not value or len(value) > 256:
         raise InvalidInput(f"{field} must be 1 to 256 characters long")
     _check_text(value, field)
-    breaks = [ch for ch in "\t\n\r" if ch in value]
+    breaks = [ch for ch in value if ch in _LINE_BREAKS]
     if breaks:  # a speaker name is printed into the extraction prompt: one line, or it forges lines
         raise InvalidInput(f"{field} holds {breaks[0]!r}; names are one line of printable text")
     return value
