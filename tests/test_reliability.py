@@ -1,9 +1,11 @@
 """Durability: nothing acknowledged is lost, nothing is half-written, a damaged file is not made worse.
 
-Guards: one transaction per add() (a failure half-way leaves no turn, FTS row or vector), several
-processes sharing one file (short run of bench/stress_concurrency.py), kill -9 in the middle of
-ingest (short run of bench/stress_kill.py), concurrent first opens of a new file, and a file
-with garbage over some pages (open leaves it byte-identical; later damage surfaces as MemdbError).
+Guards: one transaction per add() (a failure half-way leaves no turn, FTS row or vector);
+concurrent first opens of a new file; threads sharing one Memory; extraction racing another
+process's extraction or a forget() of its turns; several processes sharing one file (short
+run of bench/stress_concurrency.py); kill -9 in the middle of ingest, extraction and forget
+(short run of bench/stress_kill.py); and a file with garbage over some pages (open leaves it
+byte-identical; damage found later surfaces as MemdbError).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +36,7 @@ def _counts(mem: memdb.Memory) -> dict[str, int]:
 def _fail_on_third(real: Callable, where: str) -> Callable:
     calls = {"n": 0}
 
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 3:
             if where == "after":  # the third turn and its index rows are written, then the failure
@@ -65,7 +68,7 @@ def test_a_late_first_open_keeps_the_vectors_of_an_early_one(db_path, monkeypatc
         ids = early.add(MESSAGES, user="alice")
         real_get_meta, stale = store.get_meta, {"embedder_dim"}
 
-        def get_meta(conn, key):
+        def get_meta(conn: Any, key: str) -> str | None:
             if key in stale:  # the first look at embedder_dim happened before the early commit
                 stale.discard(key)
                 return None
