@@ -1,0 +1,517 @@
+"""L1 extraction with a scripted model: pre-filter, parsing, retry, grounding, normalisation, time."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memdb import codec, extract, timeparse
+from memdb.errors import ModelError
+
+TS = "2023-05-08T13:56:00"  # a Monday
+
+
+class FakeLLM:
+    """Stands in for the local model: replies with scripted strings (or raises), in order, cycling."""
+
+    name = "fake"
+    sha256 = "0" * 64
+
+    def __init__(self, *replies: object) -> None:
+        self.replies = list(replies)
+        self.calls: list[list[dict[str, str]]] = []
+
+    def complete(self, messages: list[dict[str, str]], *, schema: dict, max_tokens: int) -> str:
+        reply = self.replies[len(self.calls) % len(self.replies)]
+        self.calls.append(messages)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply  # type: ignore[return-value]
+
+
+def turn(id_: int, content: str, speaker: str | None = "Caroline", ts: str = TS, role: str = "user") -> extract.Turn:
+    return extract.Turn(id=id_, user="u", session="s1", role=role, speaker=speaker, content=content, ts=ts)
+
+
+def reply(*atoms: str) -> str:
+    return json.dumps({"a": list(atoms)}, ensure_ascii=False)
+
+
+def texts(candidates: list[extract.Candidate]) -> list[str]:
+    return [codec.canonical_text(c.record) for c in candidates]
+
+
+# --- pre-filter ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content, reason", [
+    ("Hey Mel! Good to see you! How have you been?", "greeting+question"),
+    ("Thanks so much!", "thanks"),
+    ("ok", "acknowledgement"),
+    ("Wow, that's awesome!", "acknowledgement"),
+    ("What kind of jobs are you thinking of?", "question"),
+    ("You'd be a great counselor! Your empathy will really help people.", "reaction"),
+    ("你好！", "greeting"),
+    ("谢谢！", "thanks"),
+    ("好的，收到。", "acknowledgement"),
+    ("你周末去哪儿了？", "question"),
+    ("", "empty"),
+])
+def test_prefilter_skips_turns_without_durable_content(content, reason):
+    assert reason == extract.prefilter(turn(1, content), names={"Melanie", "Caroline"})
+
+
+@pytest.mark.parametrize("content", [
+    "I went to a LGBTQ support group yesterday and it was so powerful.",
+    "Thanks, Melanie! I painted that lake sunrise last year.",
+    "I love pottery.",
+    "我们后端用 Go，数据库是 PostgreSQL。",
+    "谢谢！我对花生过敏。",
+])
+def test_prefilter_keeps_turns_with_content(content):
+    assert None is extract.prefilter(turn(1, content), names={"Melanie"})
+
+
+def test_prefilter_skips_assistant_and_tool_turns():
+    assert "assistant turn" == extract.prefilter(turn(1, "Your meeting is booked.", role="assistant"))
+    assert "tool turn" == extract.prefilter(turn(1, "{}", role="tool"))
+
+
+def test_skipped_turns_never_reach_the_model():
+    llm = FakeLLM(reply())
+    _, outcomes = extract.extract([turn(1, "Hi!"), turn(2, "Thanks!")], llm)
+    assert [] == llm.calls
+    assert {1: ("skipped", "greeting"), 2: ("skipped", "thanks")} == {k: (v.state, v.reason) for k, v in outcomes.items()}
+
+
+# --- parsing ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw", [
+    '{"a":["Caroline | went to | a support group | yesterday"]}',
+    '```json\n{"a":["Caroline | went to | a support group | yesterday"]}\n```',
+    'Sure! {"a":["Caroline | went to | a support group | yesterday"]} Hope it helps.',
+    '{"atoms":[{"subject":"Caroline","predicate":"went to","object":"a support group","when":"yesterday"}]}',
+    '[{"s":"Caroline","p":"went to","o":"a support group","w":"yesterday"}]',
+    '{"a":[[1,"e","Caroline","went to","a support group","yesterday"]]}',
+])
+def test_parser_accepts_the_shapes_models_write(raw):
+    atoms, error = extract.parse_output(raw, 1)
+    assert None is error
+    assert [("Caroline", "went to", "a support group", "yesterday")] == [
+        (a["subject"], a["predicate"], a["object"], a["when"]) for a in atoms]
+
+
+def test_parser_keeps_the_complete_atoms_of_a_truncated_reply():
+    atoms, error = extract.parse_output('{"a":["Caroline | likes | tea","Caroline | went to | the ci', 1)
+    assert (None, [("Caroline", "likes", "tea")]) == (error, [(a["subject"], a["predicate"], a["object"]) for a in atoms])
+
+
+@pytest.mark.parametrize("raw, error", [
+    ("", "empty output"),
+    ("I'm sorry, I cannot help with that.", "invalid JSON"),
+    ('{"a": 5}', "'a' is int, not a list"),
+    ('{"x": 1}', "no atom list in output"),
+    ("42", "output is a JSON int, not an object"),
+    ("[" * 5000, "invalid JSON"),
+])
+def test_parser_reports_unusable_replies(raw, error):
+    atoms, why = extract.parse_output(raw, 1)
+    assert [] == atoms
+    assert why.startswith(error)
+
+
+def test_parser_marks_malformed_atoms_instead_of_failing_the_reply():
+    atoms, error = extract.parse_output('{"a":["Caroline | likes | tea", 7, "no pipes", {"o": [1]}]}', 1)
+    assert None is error
+    assert [False, True, True, True] == ["_invalid" in a for a in atoms]
+
+
+# --- retry, failure -----------------------------------------------------------------------------
+
+def test_invalid_output_is_retried_once_then_the_turns_fail_with_the_reason():
+    llm = FakeLLM("not json at all")
+    candidates, outcomes = extract.extract([turn(1, "I moved to Lisbon."), turn(2, "Hi!")], llm)
+    assert 2 == len(llm.calls)
+    assert [] == candidates
+    assert ("failed", "invalid output after retry: invalid JSON: 'not json at all'") == (outcomes[1].state, outcomes[1].reason)
+    assert "skipped" == outcomes[2].state
+
+
+def test_a_good_retry_recovers_the_turns():
+    llm = FakeLLM("{", reply("Caroline | moved to | Lisbon"))
+    candidates, outcomes = extract.extract([turn(1, "I moved to Lisbon.")], llm)
+    assert (["Caroline moved to Lisbon"], "done") == (texts(candidates), outcomes[1].state)
+    assert "Reply with the JSON only." in llm.calls[1][-1]["content"]
+
+
+def test_a_crashing_model_call_fails_the_turns_and_never_raises():
+    llm = FakeLLM(RuntimeError("llama_decode returned -3"))
+    _, outcomes = extract.extract([turn(1, "I moved to Lisbon.")], llm)
+    assert ("failed", "invalid output after retry: model error: RuntimeError: llama_decode returned -3") == (
+        outcomes[1].state, outcomes[1].reason)
+
+
+def test_a_model_that_cannot_load_propagates_so_the_caller_keeps_turns_pending():
+    with pytest.raises(ModelError):
+        extract.extract([turn(1, "I moved to Lisbon.")], FakeLLM(ModelError("no model")))
+
+
+# --- grounding ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("atom, why", [
+    ("Caroline | adopted | a ferret named Biscuit", "copied from examples"),
+    ("Caroline | went to | a support group yesterday and it was so powerful", "whole line pasted"),
+    ("Caroline | went to | Paris", "entity not in source"),
+    ("Caroline | enjoys | hiking in mountains", "words not in source"),
+    ("Caroline | went to | 支持小组", "not in the turn's language"),
+    ("Caroline | is | so awesome", "small talk"),
+    ("Caroline | thinks | you are great", "addressed to the listener"),
+])
+def test_grounding_drops_unsupported_atoms_and_counts_why(atom, why):
+    source = turn(1, "I went to a support group yesterday and it was so powerful.")
+    candidates, outcomes = extract.extract([source], FakeLLM(reply(atom, "Caroline | went to | a support group")))
+    assert ["Caroline went to a support group"] == texts(candidates)
+    assert (2, {why: 1}) == (outcomes[1].proposed, outcomes[1].dropped)
+
+
+def test_grounding_allows_speaker_names_and_paraphrased_predicates():
+    source = turn(1, "I'm keen on counseling or working in mental health.")
+    candidates, _ = extract.extract([source], FakeLLM(reply("Caroline | wants to work in | mental health")))
+    assert ["Caroline wants to work in mental health"] == texts(candidates)
+
+
+def test_grounding_drops_a_chinese_atom_with_words_the_turn_never_said():
+    source = turn(1, "我们后端用 Go，数据库是 PostgreSQL。", speaker=None)
+    candidates, outcomes = extract.extract([source], FakeLLM(reply("用户 | 喜欢 | 美式咖啡", "后端 | 用 | Go")))
+    assert ["后端用 Go"] == texts(candidates)
+    assert {"words not in source": 1} == outcomes[1].dropped
+
+
+def test_atoms_go_to_the_turn_whose_words_they_share():
+    turns = [turn(1, "I went to a support group yesterday."), turn(2, "I'm painting a lake sunrise.", speaker="Melanie")]
+    candidates, _ = extract.extract(turns, FakeLLM(reply("Melanie | is painting | a lake sunrise",
+                                                         "Caroline | went to | a support group")))
+    assert {"Melanie is painting a lake sunrise": [2], "Caroline went to a support group": [1]} == {
+        codec.canonical_text(c.record): c.turn_ids for c in candidates}
+
+
+def test_history_is_context_only_never_a_source():
+    history = [turn(1, "I adopted two cats last month.", speaker="Melanie")]
+    llm = FakeLLM(reply("Melanie | adopted | two cats", "Caroline | moved to | Lisbon"))
+    candidates, outcomes = extract.extract([turn(2, "I moved to Lisbon.")], llm, history=history)
+    assert ["Caroline moved to Lisbon"] == texts(candidates)
+    assert {2} == set(outcomes)
+    assert "- Melanie: I adopted two cats last month." in llm.calls[0][-1]["content"]
+
+
+# --- normalisation ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("atom, kind, sentiment", [
+    ("Caroline | loves | pottery", "preference", "like"),
+    ("Caroline | is fond of | pottery", "preference", "like"),
+    ("Caroline | hates | pottery", "preference", "dislike"),
+    ("Caroline | doesn't like | pottery", "preference", "dislike"),
+    ("Caroline | can't eat | pottery", "constraint", None),
+    ("Caroline | made | pottery", "event", None),
+    ("Caroline | has | pottery", "fact", None),
+])
+def test_kind_and_sentiment_come_from_a_closed_set(atom, kind, sentiment):
+    candidates, _ = extract.extract([turn(1, "Pottery, pottery, pottery.")], FakeLLM(reply(atom)))
+    assert (kind, sentiment) == (candidates[0].record["kind"], candidates[0].record.get("sentiment"))
+
+
+@pytest.mark.parametrize("model_kind, model_sentiment, kind, sentiment", [
+    ("preferences", "positive", "preference", "like"),
+    ("Fact", "negative", "preference", "dislike"),
+    ("rule", None, "constraint", None),
+    ("events", None, "event", None),
+    ("偏好", "喜欢", "preference", "like"),
+    ("whatever", None, "fact", None),
+])
+def test_model_written_kinds_and_sentiments_are_mapped(model_kind, model_sentiment, kind, sentiment):
+    atom = {"kind": model_kind, "subject": "Caroline", "predicate": "has", "object": "pottery"}
+    if model_sentiment:
+        atom["sentiment"] = model_sentiment
+    candidates, _ = extract.extract([turn(1, "Pottery!!")], FakeLLM(json.dumps({"a": [atom]}, ensure_ascii=False)))
+    assert (kind, sentiment) == (candidates[0].record["kind"], candidates[0].record.get("sentiment"))
+
+
+@pytest.mark.parametrize("speaker, content, subject, expected", [
+    ("Caroline", "I moved to Lisbon.", "I", "Caroline moved to Lisbon"),
+    ("Caroline", "I moved to Lisbon.", "me", "Caroline moved to Lisbon"),
+    ("Caroline", "I moved to Lisbon.", "User", "Caroline moved to Lisbon"),
+    ("Caroline", "I moved to Lisbon.", "Melanie", "Caroline moved to Lisbon"),  # the other speaker on "I…"
+    (None, "I moved to Lisbon.", "I", "user moved to Lisbon"),
+    (None, "我搬到了里斯本。", "我", "用户搬到了里斯本"),
+    ("小王", "我搬到了里斯本。", "我", "小王搬到了里斯本"),
+])
+def test_first_person_subjects_become_the_speaker(speaker, content, subject, expected):
+    zh = "里斯本" in content
+    atom = f"{subject} | 搬到了 | 里斯本" if zh else f"{subject} | moved to | Lisbon"
+    history = [turn(0, "Hello there", speaker="Melanie")]
+    candidates, _ = extract.extract([turn(1, content, speaker=speaker)], FakeLLM(reply(atom)), history=history)
+    assert [expected] == texts(candidates)
+
+
+def test_a_short_form_of_a_speaker_name_becomes_the_name():
+    history = [turn(0, "Hey Caroline!", speaker="Melanie")]
+    source = turn(1, "Mel ran a charity race for mental health last Saturday.", speaker="Caroline")
+    candidates, _ = extract.extract([source], FakeLLM(reply("Mel | ran | a charity race")), history=history)
+    assert ["Melanie ran a charity race"] == texts(candidates)
+
+
+def test_chinese_turns_give_chinese_atoms():
+    source = turn(1, "我们后端用 Go，数据库是 PostgreSQL，禁止 ORM。对了上周三刚做完 v2 发布。", speaker="阿明")
+    llm = FakeLLM(reply("后端 | 用 | Go", "数据库 | 是 | PostgreSQL", "阿明 | 禁止 | ORM", "阿明 | 做完 | v2 发布 | 上周三"))
+    candidates, outcomes = extract.extract([source], llm)
+    assert ["后端用 Go", "数据库是 PostgreSQL", "阿明禁止 ORM"] == texts(candidates)
+    assert {"zh"} == {c.record["lang"] for c in candidates}
+    assert ["fact", "fact", "constraint"] == [c.record["kind"] for c in candidates]
+    assert {"over the per-turn cap": 1} == outcomes[1].dropped
+    assert "阿青" in llm.calls[0][1]["content"]  # the Chinese example, not the English one
+
+
+# --- time ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expression, expected", [
+    ("yesterday", "2023-05-07"),
+    ("last night", "2023-05-07"),
+    ("today", "2023-05-08"),
+    ("tomorrow", "2023-05-09"),
+    ("last Wednesday", "2023-05-03"),
+    ("last Monday", "2023-05-01"),
+    ("next Friday", "2023-05-12"),
+    ("this Friday", "2023-05-12"),
+    ("last week", "2023-05-01"),
+    ("next week", "2023-05-15"),
+    ("last weekend", "2023-05-06"),
+    ("last month", "2023-04"),
+    ("next month", "2023-06"),
+    ("last year", "2022"),
+    ("this year", "2023"),
+    ("two days ago", "2023-05-06"),
+    ("3 days ago", "2023-05-05"),
+    ("a couple of weeks ago", "2023-04-24"),
+    ("a few days ago", "2023-05-05"),
+    ("four years ago", "2019"),
+    ("in two weeks", "2023-05-22"),
+    ("May 7, 2023", "2023-05-07"),
+    ("May 7th, 2023", "2023-05-07"),
+    ("7 May 2023", "2023-05-07"),
+    ("7 May, 2023", "2023-05-07"),
+    ("May 7", "2023-05-07"),
+    ("2023-05-07", "2023-05-07"),
+    ("in 2019", "2019"),
+    ("in March", "2023-03"),
+    ("May 2022", "2022-05"),
+    ("昨天", "2023-05-07"),
+    ("前天", "2023-05-06"),
+    ("明天", "2023-05-09"),
+    ("上周三", "2023-05-03"),
+    ("上星期五", "2023-05-05"),
+    ("下周一", "2023-05-15"),
+    ("本周五", "2023-05-12"),
+    ("上周", "2023-05-01"),
+    ("上个月", "2023-04"),
+    ("下个月", "2023-06"),
+    ("去年", "2022"),
+    ("前年", "2021"),
+    ("明年", "2024"),
+    ("三天前", "2023-05-05"),
+    ("两个月前", "2023-03"),
+    ("十年前", "2013"),
+    ("2023年5月7日", "2023-05-07"),
+    ("5月7日", "2023-05-07"),
+    ("2022年3月", "2022-03"),
+    ("recently", None),
+    ("the other day", None),
+    ("I may 5 things", None),
+    ("February 30, 2023", None),
+    ("", None),
+])
+def test_time_expressions_resolve_against_the_turn_date(expression, expected):
+    assert expected == timeparse.resolve(expression, TS)
+
+
+def test_time_resolution_crosses_year_and_month_boundaries():
+    assert ("2022-12-31", "2022-12", "2022-12-28") == (
+        timeparse.resolve("yesterday", "2023-01-01T09:00:00"),
+        timeparse.resolve("last month", "2023-01-15"),
+        timeparse.resolve("last Wednesday", "2023-01-01"))
+
+
+def test_find_returns_each_phrase_with_its_date():
+    assert [("yesterday", "2023-05-07"), ("last Friday", "2023-05-05")] == timeparse.find(
+        "I went yesterday, and also last Friday.", TS)
+
+
+def test_an_event_keeps_the_time_words_and_gets_an_absolute_date():
+    candidates, _ = extract.extract([turn(1, "I went to a support group yesterday.")],
+                                    FakeLLM(reply("I | went to | a support group | yesterday")))
+    assert {"kind": "event", "subject": "Caroline", "predicate": "went to", "object": "a support group",
+            "when": "yesterday", "date": "2023-05-07", "lang": "en"} == candidates[0].record
+
+
+def test_a_time_phrase_left_in_the_object_moves_to_when():
+    candidates, _ = extract.extract([turn(1, "I went to a support group yesterday.")],
+                                    FakeLLM(reply("Caroline | went to | a support group yesterday")))
+    assert ("a support group", "yesterday", "2023-05-07") == tuple(candidates[0].record.get(k) for k in ("object", "when", "date"))
+
+
+def test_time_words_the_turn_never_said_are_dropped():
+    candidates, _ = extract.extract([turn(1, "I went to a support group.")],
+                                    FakeLLM(reply("Caroline | went to | a support group | last year")))
+    assert ("when" in candidates[0].record, "date" in candidates[0].record) == (False, False)
+
+
+def test_chinese_event_date_is_resolved():
+    source = turn(1, "对了上周三刚做完 v2 发布。", speaker=None, ts="2026-11-26T10:00:00")  # a Thursday
+    candidates, _ = extract.extract([source], FakeLLM(reply("用户 | 做完 | v2 发布 | 上周三")))
+    assert ("event", "上周三", "2026-11-18") == tuple(candidates[0].record.get(k) for k in ("kind", "when", "date"))
+
+
+# --- confidence, duplicates, caps ----------------------------------------------------------------
+
+def test_hedged_statements_get_lower_confidence_than_direct_ones():
+    direct, _ = extract.extract([turn(1, "I moved to Lisbon.")], FakeLLM(reply("Caroline | moved to | Lisbon")))
+    hedged, _ = extract.extract([turn(1, "Maybe I'll move to Lisbon.")], FakeLLM(reply("Caroline | move to | Lisbon")))
+    assert (0.9, 0.6) == (direct[0].confidence, hedged[0].confidence)
+
+
+def test_repeated_atoms_merge_into_one_candidate():
+    candidates, outcomes = extract.extract([turn(1, "I moved to Lisbon.")], FakeLLM(reply(
+        "Caroline | moved to | Lisbon", "Caroline | moved to | Lisbon")))
+    assert (["Caroline moved to Lisbon"], {"duplicate": 1}) == (texts(candidates), outcomes[1].dropped)
+
+
+def test_every_turn_gets_an_outcome_and_every_candidate_is_valid():
+    turns = [turn(1, "Hi!"), turn(2, "I moved to Lisbon."), turn(3, "What about you?"), turn(4, "I love tea.")]
+    candidates, outcomes = extract.extract(turns, FakeLLM(reply("Caroline | moved to | Lisbon", "Caroline | loves | tea")))
+    assert {1: "skipped", 2: "done", 3: "skipped", 4: "done"} == {k: v.state for k, v in outcomes.items()}
+    assert all(c.record == codec.validate(c.record) for c in candidates)
+
+
+def test_batches_larger_than_max_batch_are_split_into_several_calls(monkeypatch):
+    monkeypatch.setattr(extract, "MAX_BATCH", 2)
+    llm = FakeLLM(reply())
+    _, outcomes = extract.extract([turn(i, f"I moved to city number {i}.") for i in range(1, 6)], llm)
+    assert (3, {"done"}) == (len(llm.calls), {o.state for o in outcomes.values()})
+
+
+# --- the prompt -----------------------------------------------------------------------------------
+
+def test_the_prompt_prefix_is_byte_identical_between_calls():
+    a = extract._render_chatml(extract.build_messages([turn(1, "I moved to Lisbon.")], [], [turn(1, "I moved to Lisbon.")]))
+    b = extract._render_chatml(extract.build_messages([turn(7, "I love tea.")], [turn(6, "Hi")], [turn(7, "I love tea.")]))
+    prefix = extract._render_chatml(extract.prompt_prefix("en")).removesuffix("<|im_start|>assistant\n")
+    assert a.startswith(prefix) and b.startswith(prefix)
+    assert "* Caroline: I moved to Lisbon." in a and "- Caroline: Hi\n* Caroline: I love tea." in b
+
+
+def test_the_fewshot_markers_occur_in_the_examples():
+    examples = " ".join(u + a for u, a in extract._EXAMPLES.values()).lower()
+    assert [] == [m for m in extract._FEWSHOT_MARKERS if m not in examples]
+
+
+def test_the_fewshot_replies_parse_into_atoms_grounded_in_their_own_lines():
+    for user, assistant in extract._EXAMPLES.values():
+        atoms, error = extract.parse_output(assistant, 1)
+        assert None is error
+        assert all("_invalid" not in a for a in atoms)
+
+
+# --- hostile model output -------------------------------------------------------------------------
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30)
+    | st.sampled_from(["Caroline | went to | a support group | yesterday", "I | love | tea", "a|b", "||||", "我 | 喜欢 | 茶"]),
+    lambda inner: st.lists(inner, max_size=8) | st.dictionaries(
+        st.sampled_from(["a", "atoms", "kind", "k", "subject", "s", "predicate", "object", "o", "when", "turn", "sentiment"]),
+        inner, max_size=6),
+    max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(raw=st.text(max_size=300) | _JSONISH.map(lambda v: json.dumps(v, ensure_ascii=False))
+       | _JSONISH.map(lambda v: json.dumps(v)[: len(json.dumps(v)) // 2]))
+def test_random_and_jsonish_garbage_never_breaks_extraction(raw):
+    atoms, error = extract.parse_output(raw, 2)
+    assert isinstance(atoms, list) and (error is None or isinstance(error, str))
+    turns = [turn(1, "I went to a support group yesterday. I love tea."), turn(2, "我喜欢茶。", speaker="Melanie")]
+    candidates, outcomes = extract.extract(turns, FakeLLM(raw))
+    assert {1, 2} == set(outcomes)
+    assert all(o.state in ("done", "failed") and (o.state == "done" or o.reason) for o in outcomes.values())
+    for cand in candidates:
+        assert cand.record == codec.validate(cand.record)
+        assert 0 <= cand.confidence <= 1 and set(cand.turn_ids) <= {1, 2}
+
+
+def test_huge_and_deep_replies_are_refused_without_crashing():
+    for raw in ['{"a":[' + ",".join(['"Caroline | went to | a support group"'] * 5000) + "]}",
+                "[" * 100_000, '{"a":' * 5000 + "1" + "}" * 5000]:
+        candidates, outcomes = extract.extract([turn(1, "I went to a support group.")], FakeLLM(raw))
+        assert len(candidates) <= extract.MAX_ATOMS_PER_TURN
+        assert outcomes[1].state in ("done", "failed")
+
+
+# --- the model files ------------------------------------------------------------------------------
+
+def _fake_parts(tmp_path, monkeypatch, contents: list[bytes], expected: str) -> None:
+    parts = []
+    for i, blob in enumerate(contents, start=1):
+        part = tmp_path / f"part{i:02d}.bin"
+        part.write_bytes(blob)
+        parts.append(part)
+    monkeypatch.setattr(extract, "_part_files", lambda: parts)
+    monkeypatch.setattr(extract, "DEFAULT_MODEL_SHA256", expected)
+    monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "cache"))
+
+
+def test_the_default_model_is_assembled_once_into_the_cache(tmp_path, monkeypatch):
+    blobs = [b"GGUF", b"-part-two", b"-three"]
+    _fake_parts(tmp_path, monkeypatch, blobs, hashlib.sha256(b"".join(blobs)).hexdigest())
+    path = extract.default_model_path()
+    assert (tmp_path / "cache" / f"{extract.DEFAULT_MODEL_NAME}.gguf", b"GGUF-part-two-three") == (path, path.read_bytes())
+    assert [path.name] == [p.name for p in path.parent.iterdir()]  # no temporary file left behind
+
+
+def test_damaged_parts_are_refused_and_leave_nothing_in_the_cache(tmp_path, monkeypatch):
+    _fake_parts(tmp_path, monkeypatch, [b"GGUF", b"garbage"], "ab" * 32)
+    with pytest.raises(ModelError, match="expected abab.*reinstall"):
+        extract.default_model_path()
+    assert [] == list((tmp_path / "cache").iterdir())
+
+
+def test_a_tampered_cache_file_is_refused_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMDB_CACHE", str(tmp_path))
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"not the model")
+    with pytest.raises(ModelError) as info:
+        extract._verify_default(bad)
+    message = str(info.value)
+    assert str(bad) in message and extract.DEFAULT_MODEL_SHA256 in message
+    assert hashlib.sha256(b"not the model").hexdigest() in message and "delete that file" in message
+
+
+def test_cache_dir_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("MEMDB_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert tmp_path / "memdb" == extract.cache_dir()
+    monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "mine"))
+    assert tmp_path / "mine" == extract.cache_dir()
+
+
+def test_a_missing_model_path_is_a_model_error():
+    with pytest.raises(ModelError, match="does not exist"):
+        extract.load_llm("/nonexistent/model.gguf")
+
+
+def test_count_tokens_falls_back_to_an_estimate_without_a_model():
+    class NoTokenizer:
+        def count_tokens(self, line: str) -> int:
+            raise RuntimeError("no vocab")
+
+    assert 3 == extract.count_tokens(NoTokenizer(), "hello world!")

@@ -1,0 +1,72 @@
+"""End to end with the real bundled model (Qwen2.5-Coder-0.5B-Instruct Q4_K_M): a few turns, checked
+for structure, provenance, grounding and resolved dates. Slow-ish (seconds per test): marked `model`."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from memdb import codec, extract
+
+pytestmark = [
+    pytest.mark.model,
+    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                       reason="llama-cpp-python is not installed: the real model cannot run"),
+]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    model = extract.load_llm()
+    model.model()  # load now, so each test times only its own extraction
+    return model
+
+
+def _turn(id_: int, content: str, speaker: str | None, ts: str) -> extract.Turn:
+    return extract.Turn(id=id_, user="u", session="s", role="user", speaker=speaker, content=content, ts=ts)
+
+
+def test_chinese_turn_gives_grounded_chinese_atoms_with_a_dated_release(llm):
+    turn = _turn(41, "我们后端用 Go，数据库是 PostgreSQL，禁止 ORM。对了上周三刚做完 v2 发布。", None, "2026-11-26T10:00:00")
+    candidates, outcomes = extract.extract([turn], llm)
+    assert "done" == outcomes[41].state
+    assert candidates
+    for cand in candidates:
+        assert cand.record == codec.validate(cand.record)
+        assert ([41], "zh") == (cand.turn_ids, cand.record["lang"])
+        assert None is extract.ground(cand.record, turn.content, {"用户"})
+    lines = " ".join(codec.canonical_text(c.record) for c in candidates)
+    assert "Go" in lines or "PostgreSQL" in lines
+    release = [c for c in candidates if "v2" in codec.canonical_text(c.record) or "发布" in codec.canonical_text(c.record)]
+    assert release, lines
+    assert ("上周三", "2026-11-18") == (release[0].record.get("when"), release[0].record.get("date"))
+
+
+def test_english_turns_give_atoms_about_the_right_speaker_with_dates(llm):
+    ts = "2023-05-08T13:56:00"
+    turns = [_turn(1, "Hey Mel! Good to see you! How have you been?", "Caroline", ts),
+             _turn(2, "I went to a LGBTQ support group yesterday and it was so powerful.", "Caroline", ts),
+             _turn(3, "Wow, that's cool! Yeah, I painted that lake sunrise last year! It's special to me.", "Melanie", ts)]
+    candidates, outcomes = extract.extract(turns, llm)
+    assert {1: "skipped", 2: "done", 3: "done"} == {k: v.state for k, v in outcomes.items()}
+    lines = [(c.turn_ids, codec.canonical_text(c.record), c.record.get("date")) for c in candidates]
+    group = [c for c in candidates if "LGBTQ" in codec.canonical_text(c.record)]
+    sunrise = [c for c in candidates if "sunrise" in codec.canonical_text(c.record)]
+    assert group and sunrise, lines
+    assert ([2], "Caroline", "2023-05-07") == (group[0].turn_ids, group[0].record["subject"], group[0].record.get("date")), lines
+    assert ([3], "Melanie", "2022") == (sunrise[0].turn_ids, sunrise[0].record["subject"], sunrise[0].record.get("date")), lines
+    for cand in candidates:
+        assert cand.record == codec.validate(cand.record) and "en" == cand.record["lang"]
+
+
+def test_the_prompt_prefix_is_reused_between_calls(llm):
+    ts = "2023-05-08T13:56:00"
+    extract.extract([_turn(10, "I adopted a puppy last week.", "Jon", ts)], llm)
+    before = dict(llm.stats)
+    extract.extract([_turn(11, "My sister moved to Denver in March.", "Jon", ts)], llm)
+    prompt = llm.stats["prompt_tokens"] - before["prompt_tokens"]
+    reused = llm.stats["reused_tokens"] - before["reused_tokens"]
+    rendered = extract._render_chatml(extract.prompt_prefix("en")).removesuffix("<|im_start|>assistant\n")
+    prefix = len(llm.model().tokenize(rendered.encode(), add_bos=True, special=True))
+    assert reused >= prefix - 8, (reused, prefix, prompt)  # the system prompt and example are not re-read
