@@ -72,9 +72,12 @@ def connect(path: str | Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> apsw
 
 def _check_file(conn: apsw.Connection, path: str) -> None:
     try:
-        app_id = conn.execute("pragma application_id").fetchone()[0]
-        version = conn.execute("pragma user_version").fetchone()[0]
-        tables = conn.execute("select count(*) from sqlite_schema").fetchone()[0]
+        # One statement, so one snapshot: read one by one, a file another process is creating
+        # right now could show its tables but not yet its application_id, and look foreign.
+        app_id, version, tables = conn.execute(
+            "select (select application_id from pragma_application_id), "
+            "(select user_version from pragma_user_version), (select count(*) from sqlite_schema)"
+        ).fetchone()
     except (apsw.NotADBError, apsw.CorruptError) as exc:
         raise SchemaError(f"{path!r} is not a readable SQLite file ({exc}); it was left untouched") from exc
     if tables and app_id != APPLICATION_ID:
