@@ -81,6 +81,41 @@ def test_a_late_first_open_keeps_the_vectors_of_an_early_one(db_path, monkeypatc
         assert sorted(ids) == [r[0] for r in early.conn.execute("select turn_id from turns_vec order by 1")]
 
 
+def test_a_file_another_process_creates_during_the_check_is_not_called_foreign(db_path, monkeypatch):
+    # Opening a new file races with another process creating it: the creator commits between
+    # two statements of the check. The check must see the file before or after, never half.
+    real_check = store._check_file
+    other: list[memdb.Memory] = []
+    state = {"in_other": False}
+
+    def check_while_another_creates(conn: Any, path: str) -> None:
+        if state["in_other"]:  # the other process's own open: checked as usual
+            return real_check(conn, path)
+        statements: list[str] = []
+
+        def tracer(cursor: Any, sql: str, bindings: Any) -> bool:
+            statements.append(sql)
+            if len(statements) == 2:  # the other process creates the file and commits, now
+                state["in_other"] = True
+                other.append(memdb.open(db_path, embedder=None))
+                state["in_other"] = False
+            return True
+
+        conn.exec_trace = tracer
+        try:
+            real_check(conn, path)
+        finally:
+            conn.exec_trace = None
+
+    monkeypatch.setattr(store, "_check_file", check_while_another_creates)
+    try:
+        with memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as mem:
+            assert 1 == len(mem.add(MESSAGES[:1], user="alice"))
+    finally:
+        for mem in other:
+            mem.close()
+
+
 def test_threads_sharing_one_memory_lose_nothing(mem):
     # Memory says it is safe to share between threads: 3 adding and 2 searching at once.
     results: dict[str, list[int]] = {}
