@@ -92,13 +92,16 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
         raise InvalidInput(f"threads must be a positive integer, not {threads!r}")
     if not isinstance(path, (str, os.PathLike)):
         raise InvalidInput(f"path must be a str or os.PathLike, not {type(path).__name__}")
-    conn = store.connect(os.fspath(path))
     try:
-        return Memory(conn, os.fspath(path), embedder=embedder, llm=llm, extract=extract,
-                      threads=threads, settings=settings or Settings())
-    except BaseException:
-        conn.close()
-        raise
+        conn = store.connect(os.fspath(path))
+        try:
+            return Memory(conn, os.fspath(path), embedder=embedder, llm=llm, extract=extract,
+                          threads=threads, settings=settings or Settings())
+        except BaseException:
+            conn.close()
+            raise
+    except apsw.Error as exc:  # locked past the busy timeout, disk full, unreadable, ...
+        raise MemdbError(f"cannot open {os.fspath(path)!r}: {exc}") from exc
 
 
 class Memory:
