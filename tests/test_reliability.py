@@ -10,6 +10,7 @@ byte-identical; damage found later surfaces as MemdbError).
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 
 import memdb
@@ -114,6 +116,21 @@ def test_a_file_another_process_creates_during_the_check_is_not_called_foreign(d
     finally:
         for mem in other:
             mem.close()
+
+
+def test_a_file_locked_past_the_busy_timeout_raises_memdb_error(db_path, monkeypatch):
+    memdb.open(db_path, embedder=None).close()
+    locker = apsw.Connection(str(db_path))  # another program holding the file, exclusively
+    locker.execute("pragma locking_mode = exclusive")
+    locker.execute("begin exclusive")
+    locker.execute("insert into meta values ('held', 'by another program')")
+    monkeypatch.setattr(store, "connect", functools.partial(store.connect, busy_timeout_ms=100))
+    try:
+        with pytest.raises(memdb.MemdbError, match="locked"):
+            memdb.open(db_path, embedder=None)
+    finally:
+        locker.execute("rollback")
+        locker.close()
 
 
 def test_threads_sharing_one_memory_lose_nothing(mem):
