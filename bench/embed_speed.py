@@ -169,7 +169,8 @@ def main() -> None:
                 "LayerNorm and adds. The ceiling is sgemm GFLOP/s over FLOP per sentence; the 2 cores "
                 "are shared, so compare loadavg, and per_cpu_s (CPU seconds of all threads) is the "
                 "steadier figure when other processes compete. Batch 1 runs 2-D products of ~28 rows, "
-                "where BLAS is far from its peak."
+                "where BLAS is far from its peak. When the cores are busy, OpenBLAS's 2 spinning threads "
+                "lose to 1 thread (threads=1), most at batch 1; llama.cpp (OpenMP) suffers the same."
             ),
             "achieved_gflops_at_largest_batch": round(default[str(batches[-1])]["per_s"] * FLOP_PER_TOKEN * tokens / 1e9, 1),
         },

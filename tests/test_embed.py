@@ -272,3 +272,14 @@ def test_threads_setting_limits_blas(minilm: embed.MiniLM, monkeypatch: pytest.M
     vectors = one.embed(["I hate cilantro."])
     assert seen and {1} == set(seen)
     np.testing.assert_allclose(expected, vectors, atol=1e-5)
+
+
+def test_cache_dir_prefers_memdb_cache_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("MEMDB_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert tmp_path / "xdg" / "memdb" == embed.cache_dir()
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert tmp_path / "home" / ".cache" / "memdb" == embed.cache_dir()
+    monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "mine"))
+    assert tmp_path / "mine" == embed.cache_dir()
