@@ -65,8 +65,9 @@ class EchoLLM:
 
 
 def check_file(conn: apsw.Connection) -> list[str]:
-    """What is wrong with a memdb file: integrity, foreign keys, and every FTS and vector
-    index against its table (same count, same ids). An empty list when all is well."""
+    """What is wrong with a memdb file: integrity, foreign keys, every FTS and vector index
+    against its table (same count, same ids), and the vectors' active flags. An empty list
+    when all is well."""
     problems = []
     integrity = [r[0] for r in conn.execute("pragma integrity_check")]
     if integrity != ["ok"]:
@@ -83,6 +84,12 @@ def check_file(conn: apsw.Connection) -> list[str]:
             missing, extra = set(rows) - set(indexed), set(indexed) - set(rows)
             problems.append(f"{index} disagrees with {table}: {len(rows)} rows, {len(indexed)} indexed, "
                             f"missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}")
+    # The vector's 'active' flag filters KNN: it must follow the atom's status (1 = superseded).
+    flags = dict(conn.execute("select atom_id, active from atoms_vec").fetchall())
+    stale = [i for i, status in conn.execute('select "id", "status" from "atoms"')
+             if i in flags and flags[i] != int(status != 1)]
+    if stale:
+        problems.append(f"atoms_vec.active disagrees with atoms.status for atoms {stale[:5]}")
     return problems
 
 
