@@ -328,14 +328,25 @@ def scrubbed_fts(conn: apsw.Connection, table: str, rows: int) -> Iterator[None]
 
 
 def delete_atoms(conn: apsw.Connection, atom_ids: Sequence[int]) -> None:
-    """Delete atoms with their FTS rows and vectors (sources and conflicts cascade)."""
+    """Delete atoms with their FTS rows and vectors (sources and conflicts cascade); an atom
+    left with no conflict partner is plain active again."""
     vectors = has_vectors(conn)
+    partners: set[int] = set()
     with scrubbed_fts(conn, "atoms_fts", len(atom_ids)):
         for atom_id in atom_ids:
+            partners.update(r[0] for r in conn.execute(
+                'select "other_id" from "atom_conflicts" where "atom_id" = ?1 '
+                'union select "atom_id" from "atom_conflicts" where "other_id" = ?1', (atom_id,)))
             conn.execute('delete from "atoms_fts" where "rowid" = ?', (atom_id,))
             if vectors:
                 conn.execute('delete from "atoms_vec" where "atom_id" = ?', (atom_id,))
             conn.execute('delete from "atoms" where "id" = ?', (atom_id,))
+    for atom_id in sorted(partners - set(atom_ids)):
+        alone = conn.execute(
+            'select 1 from "atoms" a where a."id" = ?1 and a."status" = 2 and not exists '
+            '(select 1 from "atom_conflicts" c where ?1 in (c."atom_id", c."other_id"))', (atom_id,)).fetchone()
+        if alone:
+            set_atom_status(conn, atom_id, "active")
 
 
 def delete_turns(conn: apsw.Connection, turn_ids: Sequence[int]) -> None:
