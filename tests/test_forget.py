@@ -171,3 +171,17 @@ def test_forget_of_an_unknown_id_is_not_found(mem, world):
         mem.forget(turn_id=10_000)
     with pytest.raises(memdb.NotFound):
         mem.forget(atom_id=10_000)
+
+
+def test_forgetting_one_side_of_a_conflict_leaves_the_other_plainly_active(mem):
+    # "conflicting" is derived from the pair; with one side forgotten there is nothing to ask about.
+    first, second = mem.add([{"content": "I live in Lisbon"}, {"content": "I live in Porto"}], user="ana")
+    kept = _absorb(mem, "ana", "Porto", [second])
+    gone = _absorb(mem, "ana", "Lisbon", [first])
+    with store.write(mem.conn):
+        lifecycle.mark_conflict(mem.conn, gone, kept, "2026-05-01T10:00:00")
+    assert "conflicting" == mem.get(kept).status
+    mem.forget(turn_id=first)
+    assert [] == mem.conn.execute("select * from atom_conflicts").fetchall()
+    assert "active" == mem.get(kept).status
+    assert "conflicts" not in mem.context("where does ana live Porto", user="ana")
