@@ -155,7 +155,11 @@ def fusion_sql(*, atoms: bool, turns: bool, keyword: bool, vector: bool, include
         f"where a.user = :user and a.status in {statuses}"
     )
     turn_select = (
-        "select 'turn', t.id, t.content, f.base, cast(t.id as text), t.ts, null, null, t.speaker "
+        "select 'turn', t.id, t.content, "
+        # Turns the pre-filter skipped (greetings, thanks) rank lower: they rarely hold an answer.
+        "f.base * case when t.state = 2 then :skipped_weight else 1.0 end, "
+        "cast(t.id as text), t.ts, null, null, "
+        "coalesce(t.speaker, (select r.name from roles r where r.code = t.role)) "
         "from turn_fused f join turns t on t.id = f.id where t.user = :user"
     )
     return (
@@ -199,7 +203,8 @@ def search(
         "match": match, "user": user, "pool": max(settings.candidate_pool, 3 * k),
         "vector": store.as_blob(query_vector) if vector_ok else None,
         "rrf": fusion == "rrf", "rrf_k": settings.rrf_k, "alpha": alpha,
-        "atom_weight": settings.atom_weight, "floor": settings.freshness_floor,
+        "atom_weight": settings.atom_weight, "skipped_weight": settings.skipped_turn_weight,
+        "floor": settings.freshness_floor,
         "now": _user_now(conn, user),
         "hl_fact": hl.get("fact"), "hl_preference": hl.get("preference"),
         "hl_constraint": hl.get("constraint"), "hl_event": hl.get("event"),
@@ -260,7 +265,7 @@ def render_line(hit: Hit) -> str:
     if hit.layer == "atom":
         return f"{date} · {hit.kind} · {hit.text}"
     said = " ".join(hit.text.split())
-    return f"{date} · {hit.speaker or 'said'}: {said}"
+    return f"{date} · {hit.speaker}: {said}"
 
 
 def context(

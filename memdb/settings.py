@@ -49,3 +49,4 @@ class Settings:
     rrf_k: int = 60
     candidate_pool: int = 60  # candidates per side before fusion
     atom_weight: float = 1.0  # atoms vs raw turns in layer="both"
+    skipped_turn_weight: float = 0.5  # turns the extraction pre-filter found nothing durable in

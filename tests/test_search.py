@@ -185,3 +185,17 @@ def test_bad_search_arguments_name_the_field(mem):
         args = {"user": "alice", **kwargs}
         with pytest.raises(memdb.InvalidInput, match=field):
             mem.search("x", **args)
+
+
+def test_turn_lines_name_the_role_when_no_speaker(mem):
+    mem.add([{"role": "assistant", "content": "Your train leaves at 9.", "ts": "2026-10-05T10:00:00"}], user="u")
+    assert "2026-10-05 · assistant: Your train leaves at 9." == mem.context("train", user="u", budget=100)
+
+
+def test_turns_the_prefilter_skipped_rank_lower(mem):
+    first, second = mem.add([{"content": "hello hello train"}, {"content": "hello hello train"}], user="u")
+    with store.write(mem.conn):
+        store.set_turn_state(mem.conn, first, "skipped", "greeting")
+    hits = mem.search("hello train", user="u", layer="turns")
+    assert [second, first] == [h.id for h in hits]
+    assert pytest.approx(0.5) == hits[1].score / hits[0].score
