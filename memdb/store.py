@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import importlib.resources
 import math
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -61,13 +62,27 @@ def connect(path: str | Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> apsw
         conn.execute("pragma foreign_keys = on")
         conn.execute("pragma secure_delete = on")
         if path != ":memory:" and not path.startswith("file::memory:"):
-            conn.execute("pragma journal_mode = wal")
+            _use_wal(conn, busy_timeout_ms)
         conn.execute("pragma synchronous = full")
         _create_or_migrate(conn)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _use_wal(conn: apsw.Connection, busy_timeout_ms: int) -> None:
+    """Switch the file to WAL. SQLite does not call the busy handler for this switch, so
+    while another process holds a new file (creating it), retry until the busy timeout."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            conn.execute("pragma journal_mode = wal")
+            return
+        except apsw.BusyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _check_file(conn: apsw.Connection, path: str) -> None:
