@@ -22,6 +22,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import queue
 import random
 import re
 import shlex
@@ -165,7 +166,12 @@ def run(path: str, seconds: float, writers: int, readers: int) -> dict[str, Any]
         p.start()
     start.wait(timeout=120)  # every interpreter has imported memdb: now all open the new file at once
     started = time.monotonic()
-    outs = [results.get(timeout=seconds + 120) for _ in procs]  # drain before join: a full pipe blocks exit
+    outs = []
+    for _ in procs:  # drain before join: a child with a full pipe cannot exit
+        try:
+            outs.append(results.get(timeout=seconds + 120))
+        except queue.Empty:  # a child died without reporting (its exit code says how)
+            outs.append({"role": "lost", "errors": ["a worker process exited without reporting"]})
     for p in procs:
         p.join(timeout=60)
     elapsed = time.monotonic() - started

@@ -118,6 +118,22 @@ def test_a_file_another_process_creates_during_the_check_is_not_called_foreign(d
             mem.close()
 
 
+def test_open_waits_while_another_process_holds_a_new_file(db_path):
+    # A new file is in rollback mode until someone switches it to WAL, and SQLite does not call
+    # the busy handler for that switch: open must wait for the other writer, not fail at once.
+    other = apsw.Connection(str(db_path))
+    other.execute("begin immediate")
+    other.execute("create table scratch (x)")
+    release = threading.Timer(0.3, lambda: other.execute("rollback"))
+    release.start()
+    try:
+        with memdb.open(db_path, embedder=None) as mem:
+            assert "wal" == mem.conn.execute("pragma journal_mode").fetchone()[0]
+    finally:
+        release.join()
+        other.close()
+
+
 def test_a_file_locked_past_the_busy_timeout_raises_memdb_error(db_path, monkeypatch):
     memdb.open(db_path, embedder=None).close()
     locker = apsw.Connection(str(db_path))  # another program holding the file, exclusively
