@@ -1,8 +1,9 @@
 """Several processes share one memdb file: writers add(), readers search(), for a bounded time.
 
-Every process opens the same new file at the same moment (so creating the schema and the
-vector tables races too), with its own Memory, the test suite's HashEmbedder and
-extract="defer". Writers add 1-3 messages at a time and now and then extract their own user's
+First, all the processes open one new file at the same moment and add a turn, again and
+again (--first-open-rounds): schema creation, the WAL switch and the vector tables race.
+Then the timed run: every process opens one more new file at the same moment, with its own
+Memory, the test suite's HashEmbedder and extract="defer". Writers add 1-3 messages at a time and now and then extract their own user's
 pending turns with a scripted model, so atoms are written concurrently too; readers search
 and build context for random users. Afterwards the file is checked:
 
@@ -11,7 +12,7 @@ and build context for random users. Afterwards the file is checked:
 - `pragma integrity_check` is ok and the FTS and vector indexes agree with their tables.
 
     .venv/bin/python bench/stress_concurrency.py --seconds 60      # writes bench/results/stress_concurrency.json
-    .venv/bin/python bench/stress_concurrency.py --seconds 5 --out /tmp/x.json   # the test suite's short run
+    .venv/bin/python bench/stress_concurrency.py --seconds 4 --first-open-rounds 0 --out /tmp/x.json  # the suite's
 
 Also importable: `check_file(conn)` and `EchoLLM` are shared with bench/stress_kill.py.
 """
@@ -55,14 +56,17 @@ class EchoLLM:
     _SOURCE_LINE = re.compile(r"^(?:\*|\d+) ([^:]+): (.*)$")
 
     def complete(self, messages: list[dict[str, str]], *, schema: dict, max_tokens: int) -> str:
+        # The turns are in the last user message (a trailing assistant message is a prefill,
+        # which the reply must repeat: the full compact JSON does).
+        asked = next(m["content"] for m in reversed(messages) if m["role"] == "user")
         atoms = []
-        for line in messages[-1]["content"].splitlines():
+        for line in asked.splitlines():
             found = self._SOURCE_LINE.match(line)
             if found:
                 words = found.group(2).split()
                 atoms.append({"kind": "fact", "subject": found.group(1), "predicate": "keeps",
                               "object": " ".join(words[-4:])})
-        return json.dumps({"a": atoms})
+        return json.dumps({"a": atoms}, separators=(",", ":"), ensure_ascii=False)
 
 
 def check_file(conn: apsw.Connection) -> list[str]:
@@ -202,24 +206,64 @@ def run(path: str, seconds: float, writers: int, readers: int) -> dict[str, Any]
     }
 
 
+def _first_opener(folder: str, rounds: int, start: Any, results: Any) -> None:
+    errors = []
+    for r in range(rounds):
+        start.wait(timeout=120)
+        try:
+            with _open(str(Path(folder) / f"new{r}.db")) as mem:
+                mem.add([{"content": f"first words in file {r}"}], user=f"opener{os.getpid()}")
+        except Exception:
+            errors.append(traceback.format_exc())
+    results.put(errors)
+
+
+def first_opens(folder: str, rounds: int, processes: int) -> dict[str, Any]:
+    """`processes` processes open the same new file at the same moment and add one turn each,
+    `rounds` times: schema creation, the WAL switch and the vector tables all race."""
+    if rounds == 0:
+        return {"first_open_rounds": 0, "first_open_errors": 0, "first_open_bad_files": [],
+                "first_open_error_samples": []}
+    ctx = mp.get_context("spawn")
+    start, results = ctx.Barrier(processes), ctx.Queue()
+    procs = [ctx.Process(target=_first_opener, args=(folder, rounds, start, results)) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    errors = [e for _ in procs for e in results.get(timeout=120 + 10 * rounds)]
+    for p in procs:
+        p.join(timeout=60)
+    bad = []
+    for r in range(rounds):
+        with _open(str(Path(folder) / f"new{r}.db")) as mem:
+            turns = mem.conn.execute('select count(*) from "turns"').fetchone()[0]
+            problems = check_file(mem.conn)
+        if turns != processes or problems:
+            bad.append({"round": r, "turns": turns, "problems": problems})
+    return {"first_open_rounds": rounds, "first_open_processes": processes, "first_open_errors": len(errors),
+            "first_open_bad_files": bad, "first_open_error_samples": errors[:3]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--writers", type=int, default=4)
     parser.add_argument("--readers", type=int, default=4)
+    parser.add_argument("--first-open-rounds", type=int, default=40,
+                        help="rounds of all processes opening one new file at once (before the timed run)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "stress_concurrency.json"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        report = run(str(Path(tmp) / "shared.db"), args.seconds, args.writers, args.readers)
+        opens = first_opens(tmp, args.first_open_rounds, args.writers + args.readers)
+        report = {**run(str(Path(tmp) / "shared.db"), args.seconds, args.writers, args.readers), **opens}
     report = {"command": " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/stress_concurrency.py", *sys.argv[1:]]),
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(), **report}
     ok = not (report["rows_lost"] or report["rows_unexpected"] or report["errors"] or report["file_problems"]
-              or any(report["exit_codes"]))
+              or any(report["exit_codes"]) or report["first_open_errors"] or report["first_open_bad_files"])
     report["ok"] = ok
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in report.items() if k != "error_samples"}, indent=2))
-    for sample in report["error_samples"]:
+    print(json.dumps({k: v for k, v in report.items() if not k.endswith("error_samples")}, indent=2))
+    for sample in report["error_samples"] + report["first_open_error_samples"]:
         print(sample, file=sys.stderr)
     return 0 if ok else 1
 
