@@ -1,0 +1,451 @@
+"""Search latency and insert throughput from 10k to 1M atoms, beside the numpy floor.
+
+For each configuration (one user holding 10k, 100k or 1M atoms; 1,000 users × 1k atoms in one
+file) the file is built by bench/synth.py (through store.insert_turn / insert_atom, kept in
+--dir and reused) and then measured in a fresh process:
+
+- search latency p50/p95/p99 for layer="atoms" and layer="both" over a few hundred generated
+  queries (English and Chinese, several shapes), split into stages: the keyword CTE(s) alone,
+  the KNN(s) alone, the whole fusion statement, and search() end to end (statement + evidence
+  grouping); query embedding is excluded (timed separately). Stages run interleaved per query,
+  so noise from the shared machine falls on all of them alike.
+- the floor: numpy brute-force cosine top-k over the same vectors held in memory, with BLAS on
+  one thread (sqlite-vec is single-threaded) and with its default threads; the vector stage
+  over the one-thread floor is the ratio reported. recall@10 of the KNN against exact search.
+- insert throughput on the built file (rolled back afterwards): atoms/s through
+  store.insert_atom without dedup, and through lifecycle.absorb with dedup (fewer atoms).
+- bytes per atom (the whole file, turns included, and per table), peak RSS (ru_maxrss) of the
+  build process and of the measuring process before the floor's copy of the vectors is loaded.
+
+    .venv/bin/python bench/scale.py --configs 10k,100k          # 1M, 1000x1k: add them (slow)
+    .venv/bin/python bench/scale.py --configs 1M --quant        # + int8/binary quantised KNN
+
+Results merge into bench/results/scale.json (one entry per configuration) and a plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import synth  # noqa: E402
+from memdb import lifecycle, search, store  # noqa: E402
+from memdb.settings import Settings  # noqa: E402
+
+CONFIGS = {  # name: (total atoms, users)
+    "10k": (10_000, 1),
+    "100k": (100_000, 1),
+    "1M": (1_000_000, 1),
+    "1000x1k": (1_000_000, 1_000),
+}
+K = 10
+RESULTS = ROOT / "bench" / "results"
+
+
+# ---------------------------------------------------------------- machine
+
+
+def machine() -> dict:
+    import apsw
+    import sqlite_vec
+
+    mem_kb = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    return {
+        "nproc": os.cpu_count(), "cpu": cpu, "memory_gb": round(mem_kb / 2**20, 1),
+        "python": platform.python_version(), "sqlite": apsw.sqlite_lib_version(),
+        "apsw": apsw.apswversion(), "sqlite_vec": sqlite_vec.__version__ if hasattr(sqlite_vec, "__version__") else None,
+        "numpy": np.__version__,
+    }
+
+
+def maxrss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q))
+
+
+def summary(seconds: list[float]) -> dict:
+    ms = [1000 * s for s in seconds]
+    return {"p50": round(pct(ms, 50), 3), "p95": round(pct(ms, 95), 3), "p99": round(pct(ms, 99), 3),
+            "mean": round(statistics.fmean(ms), 3), "n": len(ms)}
+
+
+# ---------------------------------------------------------------- build (child process)
+
+
+def cmd_build(args: argparse.Namespace) -> dict:
+    result = synth.build(Path(args.db), args.atoms, args.users)
+    out = {"atoms": result["atoms"], "fill_seconds": round(result["seconds"], 1),
+           "fill_atoms_per_s": round(result["atoms"] / result["seconds"]), "build_maxrss_mb": round(maxrss_mb())}
+    sidecar(Path(args.db)).write_text(json.dumps(out))  # the file is reused across runs; so is this
+    return out
+
+
+def sidecar(db: Path) -> Path:
+    return db.with_name(db.name + ".build.json")
+
+
+# ---------------------------------------------------------------- measure (child process)
+
+
+def statement_params(conn, query: str, qvec: np.ndarray, user: str, settings: Settings) -> dict:
+    """The parameters search.search binds (same defaults: intent alpha, pool, half-lives)."""
+    hl = settings.half_life_days
+    return {
+        "match": search.match_expression(user, query), "user": user,
+        "pool": max(settings.candidate_pool, 3 * K), "vector": store.as_blob(qvec),
+        "rrf": settings.fusion == "rrf", "rrf_k": settings.rrf_k,
+        "alpha": settings.alpha.get(search.intent(query), 0.5), "atom_weight": settings.atom_weight,
+        "floor": settings.freshness_floor, "now": search._user_now(conn, user),
+        "hl_fact": hl.get("fact"), "hl_preference": hl.get("preference"),
+        "hl_constraint": hl.get("constraint"), "hl_event": hl.get("event"),
+    }
+
+
+def stage_sql(layer: str) -> dict[str, list[str]]:
+    """The CTEs of the fusion statement run on their own: keyword side(s) and KNN(s)."""
+    kw = [search._keyword_cte("atoms_fts", search.ATOM_WEIGHTS, True)]
+    vec = [search._vector_cte("atoms_vec", "atom_id", True, " and active = 1")]
+    if layer == "both":
+        kw.append(search._keyword_cte("turns_fts", search.TURN_WEIGHTS, True))
+        vec.append(search._vector_cte("turns_vec", "turn_id", True))
+    return {"keyword": kw, "vector": vec}
+
+
+def timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def user_vectors(conn, table: str, key: str, user: str, active_only: bool) -> tuple[np.ndarray, np.ndarray]:
+    where = " and active = 1" if active_only else ""
+    rows = conn.execute(f"select {key}, embedding from {table} where user = ?{where}", (user,)).fetchall()
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    mat = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    return ids, mat
+
+
+def floor_topk(mat: np.ndarray, ids: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
+    """Exact cosine top-k: vectors are unit length, so a matrix-vector product and a partition."""
+    scores = mat @ q
+    top = np.argpartition(-scores, k)[:k] if len(scores) > k else np.arange(len(scores))
+    return ids[top[np.argsort(-scores[top])]]
+
+
+def cmd_measure(args: argparse.Namespace) -> dict:
+    from threadpoolctl import threadpool_limits
+
+    from memdb import embed
+
+    conn = store.connect(args.db)
+    settings = Settings()
+    users = [r[0] for r in conn.execute('select distinct "user" from "atoms" limit 2000')]
+    rng = random.Random(3)
+    qusers = users if len(users) == 1 else rng.sample(users, min(len(users), args.queries))
+    qs = []
+    per_user = max(1, args.queries // len(qusers))
+    for u in qusers:
+        qs += [dict(q, user=u) for q in synth.queries(conn, u, per_user, seed=sum(map(ord, u)))]
+    qs = qs[: args.queries]
+    embedder = embed.load()
+    t_embed, qvecs = timed(lambda: embedder.embed([q["query"] for q in qs]))
+    out: dict = {"queries": len(qs), "query_langs": {l: sum(q["lang"] == l for q in qs) for l in ("en", "zh")},
+                 "query_embed_ms_per_query": round(1000 * t_embed / len(qs), 2)}
+
+    # Warm the page cache and SQLite's cache the way a running agent would have it.
+    for q, v in list(zip(qs, qvecs))[:20]:
+        search.search(conn, q["query"], user=q["user"], k=K, layer="both", settings=settings, query_vector=v)
+
+    times: dict[tuple, list[float]] = {}
+    knn_ids: list[list[int]] = []
+    for q, v in zip(qs, qvecs):
+        params = statement_params(conn, q["query"], v, q["user"], settings)
+        for layer in ("atoms", "both"):
+            stages = stage_sql(layer)
+            t_kw = sum(timed(lambda s=s: conn.execute(s, params).fetchall())[0] for s in stages["keyword"]) if params["match"] else 0.0
+            t_vec = 0.0
+            for i, s in enumerate(stages["vector"]):
+                t, rows = timed(lambda s=s: conn.execute(s, params).fetchall())
+                t_vec += t
+                if layer == "atoms" and i == 0:
+                    knn_ids.append([r[0] for r in rows])
+            sql = search.fusion_sql(atoms=True, turns=layer == "both", keyword=params["match"] is not None,
+                                    vector=True, include_superseded=False)
+            t_stmt, _ = timed(lambda: conn.execute(sql, params).fetchall())
+            t_search, _ = timed(lambda: search.search(conn, q["query"], user=q["user"], k=K, layer=layer,
+                                                      settings=settings, query_vector=v))
+            for stage, t in (("keyword", t_kw), ("vector", t_vec), ("statement", t_stmt), ("search", t_search)):
+                times.setdefault((layer, stage), []).append(t)
+    out["latency_ms"] = {layer: {stage: summary(times[(layer, stage)]) for stage in ("keyword", "vector", "statement", "search")}
+                         for layer in ("atoms", "both")}
+    out["maxrss_mb_search"] = round(maxrss_mb())
+
+    # The floor: the same vectors in memory, exact top-k by numpy.
+    mats = {}
+    for u in qusers:
+        mats[u] = (user_vectors(conn, "atoms_vec", "atom_id", u, True), user_vectors(conn, "turns_vec", "turn_id", u, False))
+    floor: dict[str, list[float]] = {"atoms_1t": [], "both_1t": [], "atoms_nt": [], "both_nt": []}
+    recall = []
+    pool = max(settings.candidate_pool, 3 * K)
+    for threads, tag in ((1, "1t"), (None, "nt")):
+        with threadpool_limits(limits=threads):
+            for i, (q, v) in enumerate(zip(qs, qvecs)):
+                (aid, amat), (tid, tmat) = mats[q["user"]]
+                t_a, top = timed(lambda: floor_topk(amat, aid, v, pool))
+                t_t, _ = timed(lambda: floor_topk(tmat, tid, v, pool))
+                floor[f"atoms_{tag}"].append(t_a)
+                floor[f"both_{tag}"].append(t_a + t_t)
+                if tag == "1t":
+                    recall.append(len(set(top[:K].tolist()) & set(knn_ids[i][:K])) / K)
+    out["floor_ms"] = {name: summary(v) for name, v in floor.items()}
+    out["knn_recall_at_10_vs_exact"] = round(statistics.fmean(recall), 4)
+    out["vector_over_floor"] = {
+        layer: {"p50": round(out["latency_ms"][layer]["vector"]["p50"] / out["floor_ms"][f"{layer}_1t"]["p50"], 2),
+                "p50_vs_multithread": round(out["latency_ms"][layer]["vector"]["p50"] / out["floor_ms"][f"{layer}_nt"]["p50"], 2)}
+        for layer in ("atoms", "both")}
+    out["maxrss_mb_with_floor"] = round(maxrss_mb())
+    out["insert"] = insert_rates(conn, qusers[0], settings, args.insert, args.absorb)
+    out["size"] = sizes(conn)
+    if args.quant:
+        u = qusers[0]
+        (aid, amat), _ = mats[u]
+        out["quant"] = quant(conn, u, aid, amat, [v for q, v in zip(qs, qvecs) if q["user"] == u][:args.quant_queries],
+                             pool, Path(args.db + ".quant"))
+    conn.close()
+    return out
+
+
+class _Rollback(Exception):
+    pass
+
+
+def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: int) -> dict:
+    """atoms/s on the built file, without dedup (insert_atom) and with (absorb); rolled back."""
+    pool_bases = synth.bases(synth.POOL)
+    pool = synth.pool_vectors(pool_bases)
+    rng = random.Random(9)
+    nrng = np.random.default_rng(9)
+    turn_id = conn.execute('select max("id") from "turns" where "user" = ?', (user,)).fetchone()[0]
+    ts = conn.execute('select "ts" from "turns" where "id" = ?', (turn_id,)).fetchone()[0]
+    ids = [rng.randrange(len(pool_bases)) for _ in range(max(n_plain, n_absorb))]
+    records = [synth.record_for(pool_bases[i], rng.choice(["Alice", "Bob", "小王"]), dt.date(2023, 5, 1), rng) for i in ids]
+    vectors = synth.derive(pool, np.array(ids), nrng)
+    out = {}
+    for name, n in (("plain", n_plain), ("absorb", n_absorb)):
+        actions: dict[str, int] = {}
+        t0 = time.perf_counter()
+        try:
+            with store.write(conn):
+                for record, vector in zip(records[:n], vectors[:n]):
+                    if name == "plain":
+                        store.insert_atom(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
+                                          first_seen=ts, last_seen=ts, vector=vector)
+                    else:
+                        action, _ = lifecycle.absorb(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
+                                                     ts=ts, vector=vector, settings=settings)
+                        actions[action] = actions.get(action, 0) + 1
+                seconds = time.perf_counter() - t0  # before the rollback: commit cost is not in it
+                raise _Rollback
+        except _Rollback:
+            pass
+        out[f"{name}_atoms"] = n
+        out[f"{name}_atoms_per_s"] = round(n / seconds, 1)
+        if actions:
+            out["absorb_actions"] = actions
+    return out
+
+
+def sizes(conn) -> dict:
+    atoms, turns = conn.execute('select (select count(*) from atoms), (select count(*) from turns)').fetchone()
+    page = conn.execute("pragma page_size").fetchone()[0]
+    total = conn.execute("pragma page_count").fetchone()[0] * page
+    groups = {"atom vectors": "atoms_vec", "turn vectors": "turns_vec", "atom FTS": "atoms_fts",
+              "turn FTS": "turns_fts", "atom rows": "atoms", "turn rows": "turns"}
+    by_table = dict(conn.execute("select name, sum(pgsize) from dbstat group by name").fetchall())
+    split = {}
+    for label, prefix in groups.items():
+        if label.endswith("rows"):  # the table itself and its unique-constraint index
+            split[label] = by_table.get(prefix, 0) + by_table.get(f"sqlite_autoindex_{prefix}_1", 0)
+        else:
+            split[label] = sum(v for k, v in by_table.items() if k.startswith(prefix + "_"))
+    split["sources"] = by_table.get("atom_sources", 0)
+    split["indexes"] = sum(v for k, v in by_table.items() if k.startswith(("atoms_by", "turns_by", "turns_pending", "atom_sources_by", "atoms_superseded")))
+    split["other"] = total - sum(split.values())
+    return {"atoms": atoms, "turns": turns, "file_bytes": total, "bytes_per_atom": round(total / atoms),
+            "bytes_per_atom_by_part": {k: round(v / atoms) for k, v in split.items()}}
+
+
+# ---------------------------------------------------------------- quantisation
+
+
+def quant(conn, user: str, ids: np.ndarray, mat: np.ndarray, qvecs: list[np.ndarray], pool: int, scratch: Path) -> dict:
+    """int8 and binary quantised KNN on the user's vectors, alone and with float rescoring.
+
+    The scratch table has the shape a quantised atoms_vec would have: the float vector (for
+    rescoring), its int8 and 1-bit copies, the user partition and the active flag, in a file
+    attached beside the measured one. A quantised KNN takes factor × k candidates and the
+    float vectors of those candidates rank them (point lookups by rowid through json_each).
+    recall@10 is against numpy's exact top 10; recall@pool against its exact top `pool` (the
+    candidates the fusion statement takes per side)."""
+    dim = mat.shape[1]
+    scratch.unlink(missing_ok=True)
+    conn.execute(f"attach '{scratch}' as q")
+    conn.execute(f"create virtual table q.v using vec0(atom_id integer primary key, user text partition key, "
+                 f"active integer, embedding float[{dim}] distance_metric=cosine, "
+                 f"e8 int8[{dim}] distance_metric=cosine, eb bit[{dim}])")
+    # vec0 point lookups read through its chunk blobs (~0.4 ms each here), so the float copy
+    # used for rescoring is also kept in a plain rowid table.
+    conn.execute("create table q.f (atom_id integer primary key, embedding blob not null)")
+    t0 = time.perf_counter()
+    for lo in range(0, len(ids), 10_000):
+        rows = [(int(i), user, m.tobytes()) for i, m in zip(ids[lo:lo + 10_000], mat[lo:lo + 10_000])]
+        with store.write(conn):
+            conn.executemany("insert into q.v (atom_id, user, active, embedding, e8, eb) values "
+                             "(?1, ?2, 1, ?3, vec_quantize_int8(?3, 'unit'), vec_quantize_binary(?3))", rows)
+            conn.executemany("insert into q.f (atom_id, embedding) values (?, ?)", [(r[0], r[2]) for r in rows])
+    out: dict = {"vectors": len(ids), "queries": len(qvecs), "build_s": round(time.perf_counter() - t0, 1)}
+    exact = [floor_topk(mat, ids, v, pool).tolist() for v in qvecs]
+    knn = "select atom_id from q.v where {col} match {q} and k = :k and user = :u and active = 1"
+    rescorers = {
+        "table": ("select f.atom_id from json_each(:cand) j join q.f f on f.atom_id = j.value "
+                  "order by vec_distance_cosine(f.embedding, :v) limit :n"),
+        "vec0": ("select v.atom_id from json_each(:cand) j join q.v v on v.atom_id = j.value "
+                 "order by vec_distance_cosine(v.embedding, :v) limit :n"),
+    }
+    variants = [("float32", "embedding", ":v", (1,)),
+                ("int8", "e8", "vec_quantize_int8(:v, 'unit')", (1, 4, 10)),
+                ("binary", "eb", "vec_quantize_binary(:v)", (1, 4, 10, 20))]
+    for name, col, qexpr, factors in variants:
+        sql = knn.format(col=col, q=qexpr)
+        for factor, n, via in [(f, n, via) for f in factors for n in (K, pool)
+                               for via in (("table",) if f == 1 else ("table", "vec0"))]:
+            if via == "vec0" and (n != K or factor > 4):
+                continue  # slow: measured once to show why the plain table is there
+            lat, rec = [], []
+            for v, gold in zip(qvecs, exact):
+                p = {"v": v.tobytes(), "k": n * factor, "u": user, "n": n}
+                t0 = time.perf_counter()
+                cand = [r[0] for r in conn.execute(sql, p)]
+                if factor > 1:
+                    p["cand"] = json.dumps(cand)
+                    cand = [r[0] for r in conn.execute(rescorers[via], p)]
+                lat.append(time.perf_counter() - t0)
+                rec.append(len(set(cand[:n]) & set(gold[:n])) / n)
+            label = name + (f"+rescore{factor}x" + ("(vec0 lookups)" if via == "vec0" else "") if factor > 1 else "") + f"@{n}"
+            out[label] = {"latency_ms": summary(lat), f"recall_at_{n}": round(statistics.fmean(rec), 4)}
+            print(f"  quant {label}: p50 {out[label]['latency_ms']['p50']:.1f} ms, recall {out[label][f'recall_at_{n}']}", file=sys.stderr)
+    conn.execute("detach q")
+    scratch.unlink(missing_ok=True)
+    return out
+
+
+# ---------------------------------------------------------------- driver
+
+
+def child(mode: str, **kw) -> dict:
+    cmd = [sys.executable, __file__, f"_{mode}"] + [f"--{k.replace('_', '-')}={v}" for k, v in kw.items() if v not in (None, False)]
+    cmd = [c if not c.endswith("=True") else c[:-5] for c in cmd]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def plot(results: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    single = [(CONFIGS[n][0], r) for n, r in results.items() if n in CONFIGS and CONFIGS[n][1] == 1 and "latency_ms" in r]
+    single.sort(key=lambda x: x[0])
+    if not single:
+        return
+    xs = [s for s, _ in single]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, layer in zip(axes, ("atoms", "both")):
+        for stage, style in (("search", "o-"), ("statement", "s--"), ("vector", "^-"), ("keyword", "v-")):
+            ax.plot(xs, [r["latency_ms"][layer][stage]["p95"] for _, r in single], style, label=f"{stage} p95")
+        ax.plot(xs, [r["latency_ms"][layer]["search"]["p50"] for _, r in single], "o:", label="search p50")
+        ax.plot(xs, [r["floor_ms"][f"{layer}_1t"]["p95"] for _, r in single], "k-", label="numpy floor p95 (1 thread)")
+        ax.axhline(20, color="grey", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("atoms held by the user")
+        ax.set_ylabel("ms")
+        ax.set_title(f'layer="{layer}"')
+        ax.legend(fontsize=8)
+    fig.suptitle("memdb search latency by stage vs numpy brute force (one user)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="mode")
+    b = sub.add_parser("_build")
+    b.add_argument("--db", required=True)
+    b.add_argument("--atoms", type=int, required=True)
+    b.add_argument("--users", type=int, default=1)
+    m = sub.add_parser("_measure")
+    m.add_argument("--db", required=True)
+    for p in (parser, m):
+        p.add_argument("--queries", type=int, default=300)
+        p.add_argument("--insert", type=int, default=2000, help="atoms for the plain insert rate")
+        p.add_argument("--absorb", type=int, default=300, help="atoms for the insert rate with dedup")
+        p.add_argument("--quant", action="store_true", help="also measure int8/binary quantised KNN")
+        p.add_argument("--quant-queries", type=int, default=100)
+    parser.add_argument("--configs", default="10k,100k", help=f"comma-separated, of {', '.join(CONFIGS)}")
+    parser.add_argument("--dir", type=Path, default=Path("/tmp"), help="where the files are built and kept")
+    parser.add_argument("--out", type=Path, default=RESULTS / "scale.json")
+    args = parser.parse_args()
+    if args.mode == "_build":
+        print(json.dumps(cmd_build(args)))
+        return
+    if args.mode == "_measure":
+        print(json.dumps(cmd_measure(args)))
+        return
+
+    results = json.loads(args.out.read_text()) if args.out.exists() else {}
+    for name in args.configs.split(","):
+        atoms, users = CONFIGS[name]
+        db = args.dir / f"memdb_scale_{name}.db"
+        if not db.exists():
+            print(f"[{name}] building {db}", file=sys.stderr)
+            child("build", db=db, atoms=atoms, users=users)
+        entry = {"build": json.loads(sidecar(db).read_text()) if sidecar(db).exists() else None}
+        print(f"[{name}] measuring", file=sys.stderr)
+        measured = child("measure", db=db, queries=args.queries, insert=args.insert, absorb=args.absorb,
+                         quant=args.quant, quant_queries=args.quant_queries)
+        entry.update({"config": {"atoms": atoms, "users": users}, **measured,
+                      "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                      "command": " ".join(["python", "bench/scale.py", *sys.argv[1:]]), "machine": machine()})
+        results[name] = entry
+        args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False))
+        lat = measured["latency_ms"]
+        print(f"[{name}] atoms search p50/p95/p99 {lat['atoms']['search']['p50']:.1f}/{lat['atoms']['search']['p95']:.1f}/"
+              f"{lat['atoms']['search']['p99']:.1f} ms, both {lat['both']['search']['p50']:.1f}/{lat['both']['search']['p95']:.1f}/"
+              f"{lat['both']['search']['p99']:.1f} ms; vector/floor {measured['vector_over_floor']['atoms']['p50']}x", file=sys.stderr)
+    plot(results, args.out.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()
