@@ -202,7 +202,7 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     """
     if not _same_topic(new, old):
         return "distinct"
-    if {new["kind"], old["kind"]} == {"fact", "event"}:
+    if {new["kind"], old["kind"]} == {"fact", "event"} and (attribute_key(new) or attribute_key(old)):
         # "moved to Hangzhou" replaces "lives in Berlin", but a fact restating the move is a
         # fact of its own: the event stays true whatever happens to the fact later.
         return "conflict" if _slot_conflict(new, old, settings) else "distinct"
@@ -260,15 +260,14 @@ def _has_cjk(*records: dict) -> bool:
 
 def _kinds_compatible(new: dict, old: dict) -> bool:
     # A small model files "no ORM" as a preference one day and a constraint the next, and
-    # "moved to Hangzhou" is an event that sets a fact; those pairs are compared.
-    kinds = {new["kind"], old["kind"]}
-    if len(kinds) == 1 or kinds == {"preference", "constraint"}:
-        return True
-    return kinds == {"fact", "event"} and attribute_key(new) is not None and attribute_key(new) == attribute_key(old)
+    # one statement as a fact in one run and an event in the next; those pairs are compared.
+    return new["kind"] == old["kind"] or {new["kind"], old["kind"]} in ({"preference", "constraint"}, {"fact", "event"})
 
 
 def _slot_conflict(new: dict, old: dict, settings: Settings) -> bool:
-    # Only reached for a fact and an event that name the same single-valued attribute.
+    # A fact and an event of which at least one names a single-valued attribute.
+    if attribute_key(new) != attribute_key(old):
+        return False
     different = value_overlap(new, old) < settings.merge_value_overlap or polarity(new) != polarity(old)
     return different and _statement_pair(new, old)
 

@@ -235,6 +235,10 @@ def test_predicates_map_to_attribute_keys(predicate, key):
     (fact("lives in", "Berlin", subject="Bob"), fact("lives in", "Berlin"), 0.95, "distinct"),
     ({**pref("ORM", "no", "neutral"), "kind": "constraint"}, pref("ORM", "avoids", "dislike"), 0.7, "duplicate"),
     (fact("walks", "a dog"), fact("has", "a dog"), 0.75, "distinct"),
+    (fact("inclusivity", "support", kind="event"), fact("inclusivity", "support really spoke to me"), 0.92, "duplicate"),
+    (fact("moved to", "Hangzhou", kind="event"), fact("lives in", "Hangzhou"), 0.9, "distinct"),
+    (fact("moved to", "Hangzhou", kind="event"), fact("lives in", "Berlin"), 0.6, "conflict"),
+    (fact("lives in", "Hangzhou"), fact("moved to", "Berlin", kind="event"), 0.6, "distinct"),
 ])
 def test_relation_rules(new, old, similarity, expected):
     assert expected == lifecycle.relation(new, old, similarity, Settings())
