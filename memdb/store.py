@@ -343,10 +343,12 @@ def scrubbed_fts(conn: apsw.Connection, table: str, rows: int) -> Iterator[None]
 
 
 def delete_atoms(conn: apsw.Connection, atom_ids: Sequence[int]) -> None:
-    """Delete atoms with their FTS rows and vectors (sources and conflicts cascade); an atom
-    left with no conflict partner is plain active again."""
+    """Delete atoms with their FTS rows and vectors (sources and conflicts cascade). What they
+    decided about other atoms goes too: an atom left with no conflict partner is plain active
+    again, and an atom they had superseded holds again, or is superseded by their successor."""
     vectors = has_vectors(conn)
     partners: set[int] = set()
+    relinks = _relinks(conn, set(atom_ids))
     with scrubbed_fts(conn, "atoms_fts", len(atom_ids)):
         for atom_id in atom_ids:
             partners.update(r[0] for r in conn.execute(
@@ -362,6 +364,29 @@ def delete_atoms(conn: apsw.Connection, atom_ids: Sequence[int]) -> None:
             '(select 1 from "atom_conflicts" c where ?1 in (c."atom_id", c."other_id"))', (atom_id,)).fetchone()
         if alone:
             set_atom_status(conn, atom_id, "active")
+    for older, successor, valid_to in relinks:
+        conn.execute('update "atoms" set "superseded_by" = ?, "valid_to" = ? where "id" = ?',
+                     (successor, valid_to, older))
+        if successor is None:
+            set_atom_status(conn, older, "active")
+
+
+def _relinks(conn: apsw.Connection, deleted: set[int]) -> list[tuple[int, int | None, str | None]]:
+    """(older atom, its new successor or None, its new valid_to) for every surviving atom that a
+    deleted one superseded: the chain skips the deleted versions; the newest survivor holds."""
+    out = []
+    for atom_id in sorted(deleted):
+        for (older,) in conn.execute('select "id" from "atoms" where "superseded_by" = ?', (atom_id,)).fetchall():
+            if older in deleted:
+                continue
+            current, successor, valid_to, walked = atom_id, None, None, set()
+            while current in deleted and current not in walked:  # walk past deleted versions
+                walked.add(current)
+                successor, valid_to = conn.execute(
+                    'select "superseded_by", "valid_to" from "atoms" where "id" = ?', (current,)).fetchone()
+                current = successor
+            out.append((older, successor, valid_to if successor is not None else None))
+    return out
 
 
 def delete_turns(conn: apsw.Connection, turn_ids: Sequence[int]) -> None:
