@@ -185,3 +185,32 @@ def test_forgetting_one_side_of_a_conflict_leaves_the_other_plainly_active(mem):
     assert [] == mem.conn.execute("select * from atom_conflicts").fetchall()
     assert "active" == mem.get(kept).status
     assert "conflicts" not in mem.context("where does ana live Porto", user="ana")
+
+
+def _chain(mem: memdb.Memory, user: str, cities: list[str]) -> tuple[list[int], list[int]]:
+    """One turn and one atom per city, each version superseding the one before."""
+    turns = mem.add([{"content": f"I live in {c}", "ts": f"2026-0{i + 1}-01T10:00:00"} for i, c in enumerate(cities)],
+                    user=user)
+    atoms = [_absorb(mem, user, city, [turn]) for city, turn in zip(cities, turns)]
+    with store.write(mem.conn):
+        for i in range(1, len(atoms)):
+            lifecycle.supersede(mem.conn, atoms[i - 1], by=atoms[i], at=f"2026-0{i + 1}-01T10:00:00")
+    return turns, atoms
+
+
+def test_forgetting_the_newest_version_lets_the_one_it_replaced_hold_again(mem):
+    turns, (paris, berlin) = _chain(mem, "ana", ["Paris", "Berlin"])
+    mem.forget(turn_id=turns[1])
+    old = mem.get(paris)
+    # Nothing left says Ana moved: Paris holds, and nothing keeps the forgotten move's date.
+    assert ("active", None, None) == (old.status, old.superseded_by, old.valid_to)
+    assert [paris] == [a.id for a in mem.profile("ana")]
+    assert [(paris, 1)] == mem.conn.execute("select atom_id, active from atoms_vec").fetchall()
+
+
+def test_forgetting_a_middle_version_links_its_predecessor_to_its_successor(mem):
+    turns, (paris, berlin, rome) = _chain(mem, "ana", ["Paris", "Berlin", "Rome"])
+    mem.forget(atom_id=berlin)
+    old = mem.get(paris)
+    assert ("superseded", rome, "2026-03-01T10:00:00") == (old.status, old.superseded_by, old.valid_to)
+    assert [paris, rome] == [a.id for a in mem.history(rome)]
