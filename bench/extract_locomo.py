@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> dict:
     outcomes: dict[tuple[str, int], extract.Outcome] = {}
     turn_text: list[str] = []
     dia_of: dict[tuple[str, int], str] = {}
+    sink = open(args.atoms, "w", encoding="utf-8") if args.atoms else None
     wall = time.perf_counter()
     for sample in samples:
         for turns, dia in conversation_turns(sample, args.limit_turns):
@@ -102,10 +103,14 @@ def run(args: argparse.Namespace) -> dict:
                     dia_of[(sample["sample_id"], turn.id)] = dia[turn.id]
                     turn_text.append(f"{turn.speaker}: {turn.content}")
                 for cand in candidates:
-                    all_atoms.append({"conv": sample["sample_id"], "record": cand.record,
-                                      "text": codec.canonical_text(cand.record), "confidence": cand.confidence,
-                                      "turn_ids": cand.turn_ids, "dia_ids": [dia[i] for i in cand.turn_ids],
-                                      "session": batch[0].session, "ts": batch[0].ts})
+                    atom = {"conv": sample["sample_id"], "record": cand.record,
+                            "text": codec.canonical_text(cand.record), "confidence": cand.confidence,
+                            "turn_ids": cand.turn_ids, "dia_ids": [dia[i] for i in cand.turn_ids],
+                            "session": batch[0].session, "ts": batch[0].ts}
+                    all_atoms.append(atom)
+                    if sink:  # written as they come: a long run that is stopped still leaves its atoms
+                        sink.write(json.dumps(atom, ensure_ascii=False) + "\n")
+                        sink.flush()
                 if args.verbose:
                     for turn in batch:
                         print(f"{dia[turn.id]:>7} {turn.speaker}: {turn.content[:100]}", file=sys.stderr)
@@ -132,10 +137,8 @@ def run(args: argparse.Namespace) -> dict:
     l0_tokens = sum(extract.count_tokens(llm, t) for t in turn_text)
     atom_tokens = sum(extract.count_tokens(llm, a["text"]) for a in all_atoms)
 
-    if args.atoms:
-        with open(args.atoms, "w", encoding="utf-8") as fh:
-            for atom in all_atoms:
-                fh.write(json.dumps(atom, ensure_ascii=False) + "\n")
+    if sink:
+        sink.close()
 
     stats = dict(llm.stats)
     return {

@@ -144,7 +144,7 @@ def test_a_good_retry_recovers_the_turns():
     llm = FakeLLM("{", reply("Caroline | moved to | Lisbon"))
     candidates, outcomes = extract.extract([turn(1, "I moved to Lisbon.")], llm)
     assert (["Caroline moved to Lisbon"], "done") == (texts(candidates), outcomes[1].state)
-    assert "Reply with the JSON only." in llm.calls[1][-1]["content"]
+    assert "Reply with the JSON only." in llm.calls[1][-2]["content"]
 
 
 def test_a_crashing_model_call_fails_the_turns_and_never_raises():
@@ -204,7 +204,7 @@ def test_history_is_context_only_never_a_source():
     candidates, outcomes = extract.extract([turn(2, "I moved to Lisbon.")], llm, history=history)
     assert ["Caroline moved to Lisbon"] == texts(candidates)
     assert {2} == set(outcomes)
-    assert "- Melanie: I adopted two cats last month." in llm.calls[0][-1]["content"]
+    assert "- Melanie: I adopted two cats last month." in llm.calls[0][-2]["content"]
 
 
 # --- normalisation ------------------------------------------------------------------------------
