@@ -198,13 +198,22 @@ def test_atoms_go_to_the_turn_whose_words_they_share():
         codec.canonical_text(c.record): c.turn_ids for c in candidates}
 
 
-def test_history_is_context_only_never_a_source():
+def test_history_is_context_only_never_a_source(monkeypatch):
+    monkeypatch.setattr(extract, "CONTEXT_LINES", 1)
     history = [turn(1, "I adopted two cats last month.", speaker="Melanie")]
     llm = FakeLLM(reply("Melanie | adopted | two cats", "Caroline | moved to | Lisbon"))
     candidates, outcomes = extract.extract([turn(2, "I moved to Lisbon.")], llm, history=history)
     assert ["Caroline moved to Lisbon"] == texts(candidates)
     assert {2} == set(outcomes)
-    assert "- Melanie: I adopted two cats last month." in llm.calls[0][-2]["content"]
+    assert "- Melanie: I adopted two cats last month.\n* Caroline: I moved to Lisbon." == llm.calls[0][-2]["content"]
+
+
+def test_by_default_history_only_lends_speaker_names():
+    history = [turn(1, "I adopted two cats last month.", speaker="Melanie")]
+    llm = FakeLLM(reply("Mel | moved to | Lisbon"))
+    candidates, _ = extract.extract([turn(2, "Mel moved to Lisbon.")], llm, history=history)
+    assert "* Caroline: Mel moved to Lisbon." == llm.calls[0][-2]["content"]
+    assert ["Melanie moved to Lisbon"] == texts(candidates)
 
 
 # --- normalisation ------------------------------------------------------------------------------
