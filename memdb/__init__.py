@@ -104,6 +104,32 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
         raise MemdbError(f"cannot open {os.fspath(path)!r}: {exc}") from exc
 
 
+def _file_errors(method: Callable) -> Callable:
+    """Let no apsw error out of the public API: a damaged, locked-out or unreadable file raises
+    MemdbError (the one family an agent loop catches), with SQLite's words and what to do."""
+
+    def translate(mem: Memory, exc: apsw.Error) -> MemdbError:
+        return MemdbError(f"{mem.path!r} could not be read or written ({type(exc).__name__}: {exc}); if this "
+                          "persists, check the file with `pragma integrity_check` and restore it from a backup")
+
+    if inspect.isgeneratorfunction(method):  # export(): errors surface while iterating
+        @functools.wraps(method)
+        def generator(self: Memory, *args: Any, **kwargs: Any) -> Iterator:
+            try:
+                yield from method(self, *args, **kwargs)
+            except apsw.Error as exc:
+                raise translate(self, exc) from exc
+        return generator
+
+    @functools.wraps(method)
+    def wrapper(self: Memory, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except apsw.Error as exc:
+            raise translate(self, exc) from exc
+    return wrapper
+
+
 class Memory:
     """One open memdb file. Safe to share between threads; one model call at a time."""
 
@@ -161,6 +187,7 @@ class Memory:
 
     # ------------------------------------------------------------ writing
 
+    @_file_errors
     def add(self, messages: Any, *, user: str, session: str = "default",
             ts: Any = None) -> list[int]:
         """Store turns verbatim (one transaction) and, in extract="now" mode, extract atoms.
@@ -192,6 +219,7 @@ class Memory:
             self._warned.add(message)
             log.warning(message)
 
+    @_file_errors
     def extract(self, *, user: str | None = None, turn_ids: list[int] | None = None,
                 limit: int | None = None,
                 progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
@@ -208,6 +236,7 @@ class Memory:
             raise InvalidInput(f"limit must be a positive integer, not {limit!r}")
         return pipeline.run(self, user=user, turn_ids=turn_ids, limit=limit, progress=progress)
 
+    @_file_errors
     def forget(self, *, user: str | None = None, atom_id: int | None = None,
                turn_id: int | None = None) -> dict[str, int]:
         """Delete a user's everything, one atom, or one turn with what derives only from it."""
@@ -242,6 +271,7 @@ class Memory:
         if self.conn.execute(sql, args).fetchone() is None:
             raise NotFound(f"no {table[:-1]} with id {row_id}" + (f" for user {user!r}" if user else ""))
 
+    @_file_errors
     def reembed(self, embedder: Any = "minilm") -> int:
         """Rebuild every vector of the file with another embedder, in one transaction.
 
@@ -271,6 +301,7 @@ class Memory:
 
     # ------------------------------------------------------------ reading
 
+    @_file_errors
     def search(self, query: str, *, user: str, k: int = 10, layer: str = "both",
                session: str | None = None, fusion: str | None = None, alpha: float | None = None,
                include_superseded: bool = False, strict: bool = False) -> list[Hit]:
@@ -327,6 +358,7 @@ class Memory:
         vector = vectors[0] + 0.25 * vectors[1:].sum(axis=0) / max(1, len(texts) - 1)
         return (vector / (np.linalg.norm(vector) or 1.0)).astype(np.float32)
 
+    @_file_errors
     def context(self, query: str, *, user: str, budget: int = 400, k: int = 20,
                 session: str | None = None, layer: str = "both") -> str:
         """A prompt-ready block: the best hits as dated lines under budget tokens."""
@@ -348,11 +380,13 @@ class Memory:
         except Exception:  # no model: an estimate still keeps the budget roughly right
             return text.approx_tokens(line)
 
+    @_file_errors
     def get(self, atom_id: int, *, user: str | None = None) -> Atom:
         """One atom (any status); with user=, only if it belongs to that user."""
         self._require("atoms", atom_id, user)
         return self._atoms('where a."id" = ?', (atom_id,))[0]
 
+    @_file_errors
     def history(self, atom_id: int, *, user: str | None = None) -> list[Atom]:
         """The chain of versions an atom belongs to, oldest first: what it was, what replaced it."""
         self._require("atoms", atom_id, user)
@@ -361,6 +395,7 @@ class Memory:
             prefix=lifecycle.CHAIN_CTE,
         )
 
+    @_file_errors
     def profile(self, user: str) -> list[Atom]:
         """The attribute card: active facts, preferences and constraints, grouped by subject and key."""
         store.check_name(user, "user")
@@ -368,6 +403,7 @@ class Memory:
         return sorted(atoms, key=lambda a: (a.kind, a.record.get("subject", ""),
                                             a.record.get("predicate", ""), a.first_seen))
 
+    @_file_errors
     def events(self, user: str, *, since: Any = None, until: Any = None) -> list[Atom]:
         """The event index: active events in time order, with resolved dates."""
         store.check_name(user, "user")
@@ -396,6 +432,7 @@ class Memory:
             for r in rows
         ]
 
+    @_file_errors
     def turns(self, turn_ids: list[int], *, user: str | None = None) -> list[dict]:
         """L0 rows by id (the evidence behind a hit), in id order."""
         turn_ids = _check_ids(turn_ids, "turn_ids")
@@ -413,6 +450,7 @@ class Memory:
             row["role"], row["state"] = codec.ROLE_NAMES[row["role"]], codec.STATE_NAMES[row["state"]]
         return out
 
+    @_file_errors
     def export(self, user: str) -> Iterator[dict]:
         """Everything held for user as JSON-ready dicts: turns first, then atoms."""
         store.check_name(user, "user")
@@ -423,6 +461,7 @@ class Memory:
         for atom in self._atoms('where a."user" = ? order by a."id"', (user,)):
             yield {"type": "atom", **atom.__dict__}
 
+    @_file_errors
     def stats(self, user: str | None = None) -> dict[str, Any]:
         """Counts, sizes and token figures (for one user, or the whole file)."""
         if user is not None:
@@ -478,33 +517,3 @@ def _check_ids(ids: Any, field: str) -> list[int]:
         raise InvalidInput(f"{field} must be a list of integer ids, not {str(ids)[:60]!r}")
     return list(ids)
 
-
-def _file_errors(method: Callable) -> Callable:
-    """Let no apsw error out of the public API: a damaged, locked-out or unreadable file raises
-    MemdbError (the one family an agent loop catches), with SQLite's words and what to do."""
-
-    def translate(mem: Memory, exc: apsw.Error) -> MemdbError:
-        return MemdbError(f"{mem.path!r} could not be read or written ({type(exc).__name__}: {exc}); if this "
-                          "persists, check the file with `pragma integrity_check` and restore it from a backup")
-
-    if inspect.isgeneratorfunction(method):  # export(): errors surface while iterating
-        @functools.wraps(method)
-        def generator(self: Memory, *args: Any, **kwargs: Any) -> Iterator:
-            try:
-                yield from method(self, *args, **kwargs)
-            except apsw.Error as exc:
-                raise translate(self, exc) from exc
-        return generator
-
-    @functools.wraps(method)
-    def wrapper(self: Memory, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except apsw.Error as exc:
-            raise translate(self, exc) from exc
-    return wrapper
-
-
-for _name in ("add", "extract", "forget", "reembed", "search", "context", "get", "history", "profile",
-              "events", "turns", "export", "stats"):
-    setattr(Memory, _name, _file_errors(getattr(Memory, _name)))
