@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> dict:
     dia_of: dict[tuple[str, int], str] = {}
     sink = open(args.atoms, "w", encoding="utf-8") if args.atoms else None
     wall = time.perf_counter()
+    cpu = time.process_time()
     for sample in samples:
         for turns, dia in conversation_turns(sample, args.limit_turns):
             for start in range(0, len(turns), args.batch):
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> dict:
                         print(f"   ATOM {[dia[i] for i in cand.turn_ids]} {codec.canonical_text(cand.record)} "
                               f"{cand.record.get('kind')} {cand.record.get('date', '')} {cand.confidence}", file=sys.stderr)
     wall = time.perf_counter() - wall
+    cpu = time.process_time() - cpu  # with passive waiting this is the work done, whatever else runs
     n_turns = len(outcomes)
 
     states = Counter(o.state for o in outcomes.values())
@@ -167,7 +169,8 @@ def run(args: argparse.Namespace) -> dict:
         "recall": recall,
         "seconds": {"wall": round(wall, 1), "per_turn_wall": round(wall / n_turns, 3) if n_turns else 0,
                     "per_turn_batch_median": round(statistics.median(per_batch), 3) if per_batch else 0,
-                    "per_turn_batch_mean": round(statistics.mean(per_batch), 3) if per_batch else 0},
+                    "per_turn_batch_mean": round(statistics.mean(per_batch), 3) if per_batch else 0,
+                    "cpu_per_turn": round(cpu / n_turns, 3) if n_turns else 0},
         "tokens": {"l0": l0_tokens, "atoms": atom_tokens,
                    "ratio": round(l0_tokens / atom_tokens, 2) if atom_tokens else None},
         "llm_stats": {**{k: round(v, 2) if isinstance(v, float) else v for k, v in stats.items()},
@@ -201,6 +204,46 @@ def measure_recall(samples: list[dict], atoms: list[dict], dia_of: dict, args: a
             "threshold": THRESHOLD}
 
 
+def merge(paths: list[str]) -> dict:
+    """One result for several runs (e.g. one per conversation): counts summed, shares recomputed.
+    Per-batch medians cannot be merged; each run's is kept under "runs"."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    turns = sum(r["turns"] for r in runs)
+    proposed = sum(r["proposed_atoms"] for r in runs)
+    before = sum(r["grounding"]["before"] for r in runs)
+    dropped_g = sum(r["grounding"]["dropped"] for r in runs)
+    obs = sum(r["recall"]["observations"] for r in runs)
+    covered = sum(r["recall"]["covered"] for r in runs)
+    l0, atom_tokens = sum(r["tokens"]["l0"] for r in runs), sum(r["tokens"]["atoms"] for r in runs)
+    wall = sum(r["seconds"]["wall"] for r in runs)
+    counts = lambda key: dict(sum((Counter(r[key]) for r in runs), Counter()).most_common())  # noqa: E731
+    stats = counts("llm_stats")
+    return {
+        "command": " ".join([".venv/bin/python", *sys.argv]),
+        "merged": paths,
+        "conversations": [c for r in runs for c in r["conversations"]],
+        "turns": turns,
+        "turn_states": counts("turn_states"),
+        "skip_reasons": counts("skip_reasons"),
+        "fail_reasons": counts("fail_reasons"),
+        "failed_share": round(counts("turn_states").get("failed", 0) / turns, 4),
+        "atoms": sum(r["atoms"] for r in runs),
+        "atoms_per_turn": round(sum(r["atoms"] for r in runs) / turns, 3),
+        "proposed_atoms": proposed,
+        "dropped": counts("dropped"),
+        "grounding": {"before": before, "after": before - dropped_g, "dropped": dropped_g,
+                      "dropped_share": round(dropped_g / before, 4) if before else 0},
+        "recall": {"observations": obs, "covered": covered, "recall": round(covered / obs, 4), "threshold": THRESHOLD},
+        "seconds": {"wall": round(wall, 1), "per_turn_wall": round(wall / turns, 3),
+                    "per_turn_batch_median_by_run": [r["seconds"]["per_turn_batch_median"] for r in runs],
+                    "per_turn_batch_mean": round(sum(r["seconds"]["per_turn_batch_mean"] * r["turns"] for r in runs) / turns, 3)},
+        "tokens": {"l0": l0, "atoms": atom_tokens, "ratio": round(l0 / atom_tokens, 2) if atom_tokens else None},
+        "llm_stats": {**{k: round(v, 2) if isinstance(v, float) else v for k, v in stats.items() if k != "reused_share"},
+                      "reused_share": round(stats["reused_tokens"] / stats["prompt_tokens"], 3)},
+        "runs": [{k: r[k] for k in ("command", "date", "machine", "conversations", "turns", "seconds")} for r in runs],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--conv", action="append", help="conversation id (repeatable); default: all")
@@ -212,7 +255,13 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="results JSON (default: bench/results/extract_<convs>.json)")
     parser.add_argument("--atoms", default="/tmp/locomo_dev_atoms.jsonl", help="JSONL of the extracted atoms")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every turn and atom to stderr")
+    parser.add_argument("--merge", nargs="+", metavar="RESULT", help="combine result files of earlier runs, run nothing")
     args = parser.parse_args()
+    if args.merge:
+        out = Path(args.out or ROOT / "bench" / "results" / "extract_dev.json")
+        out.write_text(json.dumps(merge(args.merge), indent=2, ensure_ascii=False) + "\n")
+        print(f"wrote {out}")
+        return
     if args.max_batch:
         extract.MAX_BATCH = args.max_batch
     result = run(args)

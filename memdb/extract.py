@@ -4,15 +4,18 @@ One call of `extract()` handles a few consecutive turns of one session:
 
 1. a cheap pre-filter marks turns that carry nothing durable (greetings, thanks, short
    acknowledgements, questions back) as skipped, before any model call;
-2. the remaining turns go to the local model in one call, numbered, under a JSON-schema grammar
-   that asks for terse atoms ``[turn, kind, subject, predicate, object, when]``;
+2. each remaining turn goes to the local model (one line per call: a 0.5B model mixes lines up
+   when given several) under a JSON-schema grammar that asks for terse atoms, one string each:
+   ``"subject | predicate | object | when"``; the fixed prompt prefix stays in llama.cpp's KV
+   cache between calls, so only the turn itself is read each time;
 3. the output is parsed and validated in Python anyway (the grammar can silently fall back to
    free JSON, and other GGUFs write other shapes); unusable output gets one retry, then the
    turns of that call are marked failed with the reason;
-4. every atom is normalised (closed kind/sentiment sets, first person → the speaker's name,
-   the conversation's language), grounded against the source turns (atoms copying the
-   prompt's examples, pasting a whole line or naming things the turns never mention are
-   dropped and counted) and its time expression resolved to an ISO date (`timeparse`).
+4. every atom is traced to the turn whose words it shares, normalised (kind and sentiment from
+   closed sets via rules and synonym maps, first person → the speaker's name, the turn's
+   language), grounded against that turn (atoms copying the prompt's example, pasting a whole
+   line, naming things the turn never mentions, or only small talk are dropped and counted in
+   the turn's Outcome) and its time expression resolved to an ISO date (`timeparse`).
 
 The model sits behind the small `LLM` protocol (a `complete()` that returns a string), so tests
 script its output with a fake. The default model is Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF),
@@ -206,10 +209,11 @@ def _import_llama() -> Any:
 class LlamaLLM:
     """A GGUF run by llama-cpp-python in this process, loaded on first use.
 
-    The Llama object is kept for the life of the process: llama-cpp-python reuses the longest
-    token prefix shared with the previous call, so the fixed system prompt and examples that open
-    every extraction prompt are evaluated once, not once per call. `stats` counts prompt tokens
-    and how many of them were reused, which is how the reuse is verified.
+    The Llama object is kept for the life of the process, and with it the KV cache of the last
+    prompt: each call keeps the longest token prefix it shares with the previous one, so the fixed
+    system prompt and example that open every extraction prompt are evaluated once, not once per
+    call. `stats` counts prompt tokens, how many of them were reused, and llama.cpp's own
+    counters of tokens actually evaluated (prompt_eval_tokens), which is how reuse is verified.
     """
 
     def __init__(self, path: Path | None, *, name: str, threads: int, n_ctx: int = 4096,
@@ -296,18 +300,19 @@ class LlamaLLM:
             started = time.perf_counter()
             before = _perf(llama)
             if _is_chatml(llama):
-                tokens = llama.tokenize((_render_chatml(asked) + prefill).encode("utf-8"), add_bos=True, special=True)
+                base = llama.tokenize(_render_chatml(asked).encode("utf-8"), add_bos=True, special=True)
+                forced = llama.tokenize(prefill.encode("utf-8"), add_bos=False, special=False) if prefill else []
+                tokens = base + forced
                 self.stats["reused_tokens"] += _common_prefix(llama, tokens)
                 self.stats["prompt_tokens"] += len(tokens)
-                forced = len(llama.tokenize(prefill.encode("utf-8"), add_bos=False, special=False)) if prefill else 0
                 try:
-                    reply, generated = _greedy(llama, tokens, grammar._grammar, max_tokens, forced)
-                except _GrammarUnavailable as exc:  # fall back to llama-cpp-python's own sampler
+                    reply, generated = _greedy(llama, tokens, grammar._grammar, max_tokens, len(forced))
+                    reply = prefill + reply
+                except _GrammarUnavailable as exc:  # llama-cpp-python's own sampler, without the prefill
                     log.debug("memdb: own sampler unavailable (%s); using create_completion", exc)
-                    out = llama.create_completion(prompt=tokens, grammar=self._grammar(_continuation(schema, prefill)),
-                                                  temperature=0.0, max_tokens=max_tokens, stop=["<|im_end|>"])
+                    out = llama.create_completion(prompt=base, grammar=grammar, temperature=0.0,
+                                                  max_tokens=max_tokens, stop=["<|im_end|>"])
                     reply, generated = out["choices"][0]["text"], out["usage"]["completion_tokens"]
-                reply = prefill + reply
             else:  # another template: let llama-cpp-python format it; no prefill
                 out = llama.create_chat_completion(messages=asked, grammar=grammar, temperature=0.0,
                                                    max_tokens=max_tokens)
@@ -349,11 +354,6 @@ def _render_chatml(messages: list[dict[str, str]]) -> str:
 
 class _GrammarUnavailable(Exception):
     """The grammar sampler could not be built through llama.cpp's C API."""
-
-
-def _continuation(schema: dict, prefill: str) -> dict:
-    """The fallback path cannot prefill: it generates the whole reply under the full schema."""
-    return schema
 
 
 def _greedy(llama: Any, tokens: list[int], grammar: str, max_tokens: int, forced: int) -> tuple[str, int]:
@@ -479,6 +479,15 @@ def load_llm(spec: str | None = None, *, threads: int | None = None) -> LlamaLLM
         return _LOADED[key]
 
 
+def _loaded_for(spec: str | None) -> LlamaLLM:
+    """The wrapper already made for spec with any thread count (its tokenizer is the same), else a new one."""
+    spec = spec or os.environ.get("MEMDB_LLM") or None
+    for (known, _), llm in list(_LOADED.items()):
+        if known == (spec or ""):
+            return llm
+    return load_llm(spec)
+
+
 def count_tokens(llm_or_none: Any, line: str) -> int:
     """Tokens of line with the extraction model's tokenizer; an estimate if it is unavailable.
 
@@ -486,7 +495,7 @@ def count_tokens(llm_or_none: Any, line: str) -> int:
     enough, so counting never loads the weights.
     """
     try:
-        llm = llm_or_none if hasattr(llm_or_none, "count_tokens") else load_llm(llm_or_none)
+        llm = llm_or_none if hasattr(llm_or_none, "count_tokens") else _loaded_for(llm_or_none)
         return int(llm.count_tokens(line))
     except Exception as exc:  # no model, no llama_cpp: an estimate keeps budgets roughly right
         log.debug("memdb: token count falls back to an estimate: %s", exc)
@@ -964,9 +973,10 @@ def ground(record: dict, source: str, names: set[str]) -> str | None:
     """Why record is not supported by the source text, or None when it is.
 
     `source` is the text of the atom's own turn; `names` are the speakers' names (allowed even when
-    the turn does not spell them: "I" became the speaker's name). Checks, in order: copied from the
-    prompt's examples, a whole line pasted, named things (capitalised words, numbers) absent,
-    most content words absent (CJK: bigrams), Chinese turn given a non-Chinese atom.
+    the turn does not spell them: "I" became the speaker's name). Checks, in order: nothing said
+    beyond names, only small talk, addressed to the listener, copied from the prompt's examples,
+    a whole line pasted, named things (capitalised words, numbers) absent, another language than
+    the turn's, most content words absent (CJK: bigrams; Latin: crude stems).
     """
     low_source = source.lower()
     name_words = {w.lower() for n in names for w in _WORD_RE.findall(n)} | {"user", "用户"}

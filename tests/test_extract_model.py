@@ -60,13 +60,23 @@ def test_english_turns_give_atoms_about_the_right_speaker_with_dates(llm):
         assert cand.record == codec.validate(cand.record) and "en" == cand.record["lang"]
 
 
-def test_the_prompt_prefix_is_reused_between_calls(llm):
+def test_the_prompt_prefix_is_read_once_and_lazy_grammar_sampling_matches_llama_cpp(llm):
     ts = "2023-05-08T13:56:00"
     extract.extract([_turn(10, "I adopted a puppy last week.", "Jon", ts)], llm)
     before = dict(llm.stats)
-    extract.extract([_turn(11, "My sister moved to Denver in March.", "Jon", ts)], llm)
+    second = _turn(11, "My sister moved to Denver in March.", "Jon", ts)
+    extract.extract([second], llm)
     prompt = llm.stats["prompt_tokens"] - before["prompt_tokens"]
-    reused = llm.stats["reused_tokens"] - before["reused_tokens"]
+    evaluated = llm.stats["prompt_eval_tokens"] - before["prompt_eval_tokens"]  # llama.cpp's own count
     rendered = extract._render_chatml(extract.prompt_prefix("en")).removesuffix("<|im_start|>assistant\n")
     prefix = len(llm.model().tokenize(rendered.encode(), add_bos=True, special=True))
-    assert reused >= prefix - 8, (reused, prefix, prompt)  # the system prompt and example are not re-read
+    assert evaluated <= prompt - prefix + 8, (evaluated, prompt, prefix)  # the fixed prefix was not re-read
+
+    # The lazy grammar check yields exactly what llama-cpp-python's full-vocabulary sampler yields.
+    messages = extract.build_messages([second], [], [second])[:-1]  # no prefill: both generate it all
+    grammar = llm._grammar(extract.output_schema(1))
+    tokens = llm.model().tokenize(extract._render_chatml(messages).encode(), add_bos=True, special=True)
+    mine, _ = extract._greedy(llm.model(), tokens, grammar._grammar, 60, 0)
+    theirs = llm.model().create_completion(tokens, grammar=grammar, temperature=0.0, max_tokens=60,
+                                           stop=["<|im_end|>"])["choices"][0]["text"]
+    assert theirs == mine
