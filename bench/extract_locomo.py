@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
 import time
@@ -91,35 +92,12 @@ def run(args: argparse.Namespace) -> dict:
     sink = open(args.atoms, "w", encoding="utf-8") if args.atoms else None
     wall = time.perf_counter()
     cpu = time.process_time()
-    for sample in samples:
-        for turns, dia in conversation_turns(sample, args.limit_turns):
-            for start in range(0, len(turns), args.batch):
-                batch = turns[start : start + args.batch]
-                history = turns[max(0, start - 3) : start]
-                t0 = time.perf_counter()
-                candidates, result = extract.extract(batch, llm, history=history)
-                per_batch.append((time.perf_counter() - t0) / len(batch))
-                for turn in batch:
-                    outcomes[(sample["sample_id"], turn.id)] = result[turn.id]
-                    dia_of[(sample["sample_id"], turn.id)] = dia[turn.id]
-                    turn_text.append(f"{turn.speaker}: {turn.content}")
-                for cand in candidates:
-                    atom = {"conv": sample["sample_id"], "record": cand.record,
-                            "text": codec.canonical_text(cand.record), "confidence": cand.confidence,
-                            "turn_ids": cand.turn_ids, "dia_ids": [dia[i] for i in cand.turn_ids],
-                            "session": batch[0].session, "ts": batch[0].ts}
-                    all_atoms.append(atom)
-                    if sink:  # written as they come: a long run that is stopped still leaves its atoms
-                        sink.write(json.dumps(atom, ensure_ascii=False) + "\n")
-                        sink.flush()
-                if args.verbose:
-                    for turn in batch:
-                        print(f"{dia[turn.id]:>7} {turn.speaker}: {turn.content[:100]}", file=sys.stderr)
-                        print(f"        → {result[turn.id].state} {result[turn.id].reason or ''} "
-                              f"{result[turn.id].dropped or ''}", file=sys.stderr)
-                    for cand in candidates:
-                        print(f"   ATOM {[dia[i] for i in cand.turn_ids]} {codec.canonical_text(cand.record)} "
-                              f"{cand.record.get('kind')} {cand.record.get('date', '')} {cand.confidence}", file=sys.stderr)
+    interrupted = False
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # kill <pid>: stop and report what is done
+    try:
+        _extract_all(samples, args, llm, per_batch, all_atoms, outcomes, turn_text, dia_of, sink)
+    except KeyboardInterrupt:
+        interrupted = True
     wall = time.perf_counter() - wall
     cpu = time.process_time() - cpu  # with passive waiting this is the work done, whatever else runs
     n_turns = len(outcomes)
@@ -152,6 +130,7 @@ def run(args: argparse.Namespace) -> dict:
         "conversations": [s["sample_id"] for s in samples],
         "batch": args.batch,
         "max_batch": extract.MAX_BATCH,
+        "interrupted": interrupted,
         "turns": n_turns,
         "turn_states": dict(states),
         "skip_reasons": dict(skip_reasons.most_common()),
@@ -179,6 +158,39 @@ def run(args: argparse.Namespace) -> dict:
         "atoms_file": args.atoms,
     }
 
+
+def _extract_all(samples: list[dict], args: argparse.Namespace, llm: extract.LlamaLLM, per_batch: list[float],
+                 all_atoms: list[dict], outcomes: dict, turn_text: list[str], dia_of: dict, sink) -> None:
+    """Feed every session to extract() in batches, collecting outcomes and atoms as they come."""
+    for sample in samples:
+        for turns, dia in conversation_turns(sample, args.limit_turns):
+            for start in range(0, len(turns), args.batch):
+                batch = turns[start : start + args.batch]
+                history = turns[max(0, start - 3) : start]
+                t0 = time.perf_counter()
+                candidates, result = extract.extract(batch, llm, history=history)
+                per_batch.append((time.perf_counter() - t0) / len(batch))
+                for turn in batch:
+                    outcomes[(sample["sample_id"], turn.id)] = result[turn.id]
+                    dia_of[(sample["sample_id"], turn.id)] = dia[turn.id]
+                    turn_text.append(f"{turn.speaker}: {turn.content}")
+                for cand in candidates:
+                    atom = {"conv": sample["sample_id"], "record": cand.record,
+                            "text": codec.canonical_text(cand.record), "confidence": cand.confidence,
+                            "turn_ids": cand.turn_ids, "dia_ids": [dia[i] for i in cand.turn_ids],
+                            "session": batch[0].session, "ts": batch[0].ts}
+                    all_atoms.append(atom)
+                    if sink:  # written as they come: a long run that is stopped still leaves its atoms
+                        sink.write(json.dumps(atom, ensure_ascii=False) + "\n")
+                        sink.flush()
+                if args.verbose:
+                    for turn in batch:
+                        print(f"{dia[turn.id]:>7} {turn.speaker}: {turn.content[:100]}", file=sys.stderr)
+                        print(f"        → {result[turn.id].state} {result[turn.id].reason or ''} "
+                              f"{result[turn.id].dropped or ''}", file=sys.stderr)
+                    for cand in candidates:
+                        print(f"   ATOM {[dia[i] for i in cand.turn_ids]} {codec.canonical_text(cand.record)} "
+                              f"{cand.record.get('kind')} {cand.record.get('date', '')} {cand.confidence}", file=sys.stderr)
 
 def measure_recall(samples: list[dict], atoms: list[dict], dia_of: dict, args: argparse.Namespace) -> dict:
     """Share of gold observations covered by an atom from the same turn (MiniLM cosine >= 0.6)."""

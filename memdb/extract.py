@@ -638,11 +638,12 @@ def output_schema(n_turns: int) -> dict:
     """
     word = r"[^|\"\\\n ]+"  # a word; Chinese runs have no spaces and count as one
 
-    def words(most: int) -> str:  # a few words: the grammar itself keeps atoms terse
+    def words(most: int) -> str:  # a bound on words keeps atoms terse; too tight a bound made the
+        # model glue words together ("liftothersup") rather than stop
         return f"{word}( {word}){{0,{most - 1}}}"
 
     atom = {"type": "string",
-            "pattern": f"^{words(3)} [|] {words(4)} [|] {words(7)}( [|] {words(4)})?$"}
+            "pattern": f"^{words(4)} [|] {words(6)} [|] {words(12)}( [|] {words(6)})?$"}
     return {"type": "object", "properties": {"a": {"type": "array", "items": atom, "maxItems": n_turns + 1}},
             "required": ["a"], "additionalProperties": False}
 
@@ -1032,6 +1033,17 @@ def _pasted(body: str, source: str) -> bool:
 # --- time -------------------------------------------------------------------------------------
 
 
+_VAGUE_TIME = re.compile(
+    r"\b(?:recently|lately|soon|ago|since|earlier|later|once|years?|months?|weeks?|days?|tonight|morning|"
+    r"afternoon|evening|weekend|childhood|summer|winter|spring|fall|autumn|now|currently|nowadays)\b|"
+    r"最近|以前|之前|以后|刚才|小时候|时候|年|月|周|天|早上|晚上|现在", re.I)
+
+
+def _is_time(words: str, ts: str) -> bool:
+    """Whether the model's `when` is a time at all (resolvable, or a vague one such as "recently")."""
+    return bool(timeparse.find(words, ts)) or _VAGUE_TIME.search(words) is not None
+
+
 def _attach_time(record: dict, raw_when: str | None, turn: Turn, sentence: str) -> tuple[dict, str | None]:
     """Set `when`/`date` from the model's time words when the turn says them, else (for events)
     from a time phrase in the turn's sentence the atom came from. Returns (record, drop note)."""
@@ -1203,8 +1215,13 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str]) -> tuple[Candi
     record["subject"] = _person(record.get("subject", speaker), speaker, zh, names)
     if record.get("object", "").lower().startswith(("my ", "我的")):
         record["object"] = _person(record["object"], speaker, zh)
+    when = atom.get("when")
+    if when and not _is_time(when, turn.ts):
+        # Not a time: the model split a long object over the last slot ("… with | the kids").
+        record["object"] = f"{record.get('object', '')} {when}".strip()
+        when = None
     sentiment = _sentiment(atom, record.get("predicate", ""))
-    record["kind"] = _kind(atom.get("kind"), {**record, "when": atom.get("when")}, sentiment)
+    record["kind"] = _kind(atom.get("kind"), {**record, "when": when}, sentiment)
     if sentiment != "neutral":
         record["sentiment"] = sentiment
         if record["kind"] == "fact":
@@ -1217,7 +1234,7 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str]) -> tuple[Candi
     why = ground(record, turn.content, names | {speaker})
     if why:
         return None, why
-    record, _ = _attach_time(record, atom.get("when"), turn, sentence)
+    record, _ = _attach_time(record, when, turn, sentence)
     record["lang"] = "zh" if zh else "en"
     try:
         clean = codec.validate(record)

@@ -370,6 +370,18 @@ def test_a_time_phrase_left_in_the_object_moves_to_when():
     assert ("a support group", "yesterday", "2023-05-07") == tuple(candidates[0].record.get(k) for k in ("object", "when", "date"))
 
 
+def test_a_last_slot_that_is_no_time_goes_back_into_the_object():
+    candidates, _ = extract.extract([turn(1, "I'm off to go swimming with the kids.")],
+                                    FakeLLM(reply("Caroline | going | swimming with | the kids")))
+    assert ("swimming with the kids", None) == (candidates[0].record["object"], candidates[0].record.get("when"))
+
+
+def test_vague_times_stay_as_words_without_a_date():
+    candidates, _ = extract.extract([turn(1, "I started pottery recently.")],
+                                    FakeLLM(reply("Caroline | started | pottery | recently")))
+    assert ("recently", None) == (candidates[0].record.get("when"), candidates[0].record.get("date"))
+
+
 def test_time_words_the_turn_never_said_are_dropped():
     candidates, _ = extract.extract([turn(1, "I went to a support group.")],
                                     FakeLLM(reply("Caroline | went to | a support group | last year")))
