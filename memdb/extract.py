@@ -89,7 +89,8 @@ class LLM(Protocol):
     sha256: str
 
     def complete(self, messages: list[dict[str, str]], *, schema: dict, max_tokens: int) -> str:
-        """The model's reply to messages, constrained to JSON matching schema where possible."""
+        """The model's reply to messages, constrained to JSON matching schema where possible.
+        A trailing assistant message is the start of the reply: return the whole reply, with it."""
         ...
 
 
@@ -515,6 +516,8 @@ _ACK_WORDS = frozenset("""ok okay alright right sure yeah yep yup yes no nope co
     excited nice cute sweet beautiful gorgeous stunning keep going luck hope awesome totally
     way btw anyway look take check guess""".split())
 _PHATIC_WORDS = _GREETING_WORDS | _THANKS_WORDS | _ACK_WORDS
+_FILLER_WORDS = frozenset("""that's it's i'm you're what's so too such news day that this there thing things
+    hear much bit""".split())
 _ZH_GREETING = ("你好", "您好", "嗨", "哈喽", "早上好", "下午好", "晚上好", "早安", "晚安", "再见", "拜拜", "回头见")
 _ZH_THANKS = ("谢谢", "多谢", "感谢", "辛苦了")
 _ZH_ACK = ("好的", "好吧", "嗯嗯", "嗯", "哦", "噢", "收到", "明白", "了解", "知道了", "没问题", "行", "可以",
@@ -546,9 +549,8 @@ def _sentence_kind(sentence: str, names: set[str]) -> str:
     words = [w.lower().replace("’", "'") for w in re.findall(r"[^\W_]+(?:['’][^\W_]+)?", sentence)]
     if sentence.rstrip().endswith("?"):
         return "question"
-    content = [w for w in words if w not in _PHATIC_WORDS and w not in text.STOP_WORDS and not _is_name(w, names)
-               and w not in ("that's", "it's", "i'm", "you're", "what's", "so", "too", "such", "news", "day",
-                             "that", "this", "there", "glad", "thing", "things", "hear", "much", "bit")]
+    content = [w for w in words if w not in _PHATIC_WORDS and w not in text.STOP_WORDS
+               and w not in _FILLER_WORDS and not _is_name(w, names)]
     if content and _SECOND_PERSON.search(sentence) and not _FIRST_PERSON_WORDS.search(sentence):
         return "reaction"  # about the listener ("You'd be a great counselor!"): theirs to tell
     if content:
@@ -1044,13 +1046,11 @@ def _is_time(words: str, ts: str) -> bool:
     return bool(timeparse.find(words, ts)) or _VAGUE_TIME.search(words) is not None
 
 
-def _attach_time(record: dict, raw_when: str | None, turn: Turn, sentence: str) -> tuple[dict, str | None]:
+def _attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> dict:
     """Set `when`/`date` from the model's time words when the turn says them, else (for events)
-    from a time phrase in the turn's sentence the atom came from. Returns (record, drop note)."""
-    note = None
-    when = raw_when
+    from a time phrase in the turn's sentence the atom came from."""
     if when and when.lower() not in turn.content.lower():
-        note, when = "time words not in source", None
+        when = None  # time words the turn never said: the atom stays, undated
     # A time phrase the model left inside the object or predicate belongs in `when`.
     for part in ("object", "predicate"):
         value = record.get(part, "")
@@ -1070,7 +1070,7 @@ def _attach_time(record: dict, raw_when: str | None, turn: Turn, sentence: str) 
             record["date"] = resolved
             if record["kind"] == "fact" and len(resolved) == 10:
                 record["kind"] = "event"  # a fact pinned to a day is something that happened
-    return record, note
+    return record
 
 
 def _best_sentence(record: dict, content: str) -> str:
@@ -1234,7 +1234,7 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str]) -> tuple[Candi
     why = ground(record, turn.content, names | {speaker})
     if why:
         return None, why
-    record, _ = _attach_time(record, when, turn, sentence)
+    record = _attach_time(record, when, turn, sentence)
     record["lang"] = "zh" if zh else "en"
     try:
         clean = codec.validate(record)
