@@ -277,6 +277,7 @@ def _one_conversation(sample: dict, atoms: list[dict], embedder, settings: Setti
         elapsed = time.perf_counter() - started
         active = [r[0] for r in mem.conn.execute('select "id" from "atoms" where "status" != 1 order by "id"')]
         kept = _stored_vectors(mem, active)
+        texts = [mem.conn.execute('select "text" from "atoms" where "id" = ?', (i,)).fetchone()[0] for i in active]
     return {
         "candidates": len(atoms),
         "active_before": len(atoms),
@@ -288,7 +289,16 @@ def _one_conversation(sample: dict, atoms: list[dict], embedder, settings: Setti
         "atoms_with_a_near_duplicate_after": _with_partner(kept),
         "ms_per_absorb": round(1000 * elapsed / max(1, len(atoms)), 2),
         "examples": examples,
+        "near_duplicates_left": _near_list(kept, texts),
     }
+
+
+def _near_list(vectors: np.ndarray, texts: list[str], threshold: float = 0.9) -> list[dict]:
+    if len(vectors) < 2:
+        return []
+    sims = np.triu(vectors @ vectors.T, k=1)
+    return [{"cosine": round(float(sims[i, j]), 3), "a": texts[i], "b": texts[j]}
+            for i, j in np.argwhere(sims >= threshold)]
 
 
 def _example(mem, action: str, atom_id: int, record: dict) -> dict:

@@ -202,6 +202,11 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     """
     if not _same_topic(new, old):
         return "distinct"
+    if not _kinds_compatible(new, old):
+        # The small model's kind wavers ("keen on counseling" an event, then a preference):
+        # across kinds only a near-identical statement merges, and nothing conflicts.
+        lexical = keyword_similarity(codec.canonical_text(new), codec.canonical_text(old))
+        return _by_similarity(new, old, similarity, lexical, settings, keyword_only)
     if {new["kind"], old["kind"]} == {"fact", "event"} and (attribute_key(new) or attribute_key(old)):
         # "moved to Hangzhou" replaces "lives in Berlin", but a fact restating the move is a
         # fact of its own: the event stays true whatever happens to the fact later.
@@ -214,8 +219,8 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
 
 
 def _same_topic(new: dict, old: dict) -> bool:
-    # Same subject, kinds that can say the same thing, and (events) not on two known dates.
-    if _norm(new.get("subject")) != _norm(old.get("subject")) or not _kinds_compatible(new, old):
+    # Same subject and (events) not on two known dates.
+    if _norm(new.get("subject")) != _norm(old.get("subject")):
         return False
     dates = (new.get("date"), old.get("date"))
     return not (new["kind"] == old["kind"] == "event" and None not in dates and dates[0] != dates[1])

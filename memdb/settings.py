@@ -23,7 +23,7 @@ class Settings:
     #   of their terms; without vectors, or for Chinese lines (MiniLM reads them as [UNK]),
     #   merge_keyword_overlap of their terms instead.
     # dedup_candidates nearest atoms are examined, by vector and by keywords each.
-    merge_similarity: float = 0.88
+    merge_similarity: float = 0.9
     merge_similarity_same_key: float = 0.66
     merge_value_overlap: float = 0.75
     merge_keyword_overlap: float = 0.8
