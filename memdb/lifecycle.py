@@ -358,8 +358,8 @@ def value_overlap(new: dict, old: dict) -> float:
     overlap coefficient of their stemmed content terms, negations left out. Names and
     numbers must meet: "a cat named Oliver" and "a cat named Bailey" share nothing."""
     a, b = _value_terms(new), _value_terms(old)
-    if not a or not b:
-        return 1.0 if _norm(new.get("predicate")) == _norm(old.get("predicate")) else 0.0
+    if not a or not b:  # no value words ("special" "to me"): only two bare predicates can agree
+        return 1.0 if not a and not b and _norm(new.get("predicate")) == _norm(old.get("predicate")) else 0.0
     if names_clash(new, old):
         return 0.0
     return len(a & b) / min(len(a), len(b))

@@ -239,6 +239,9 @@ def test_predicates_map_to_attribute_keys(predicate, key):
     (fact("moved to", "Hangzhou", kind="event"), fact("lives in", "Hangzhou"), 0.9, "distinct"),
     (fact("moved to", "Hangzhou", kind="event"), fact("lives in", "Berlin"), 0.6, "conflict"),
     (fact("lives in", "Hangzhou"), fact("moved to", "Berlin", kind="event"), 0.6, "distinct"),
+    (fact("special", "nature and family time so special"), fact("special", "to me"), 0.8, "distinct"),
+    (pref("counseling as a career", "looking into"), fact("keen on", "counseling", kind="event"), 0.94, "duplicate"),
+    (pref("hiking"), fact("went", "hiking", kind="event"), 0.85, "distinct"),
 ])
 def test_relation_rules(new, old, similarity, expected):
     assert expected == lifecycle.relation(new, old, similarity, Settings())
