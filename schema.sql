@@ -97,6 +97,8 @@ create table "atom_conflicts" (
 -- FTS5; its bm25 weight is 0. To search by hand: segment the query the same way.
 create virtual table "atoms_fts" using fts5(
     "u", "subject", "value", "body", "kind",
+    "source",  -- the words of the atom's source turns: finds the atom by what was said
+               -- (document expansion); only the atom's own line is ever returned
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
 create virtual table "turns_fts" using fts5(

@@ -48,5 +48,7 @@ class Settings:
     )
     rrf_k: int = 60
     candidate_pool: int = 60  # candidates per side before fusion
-    atom_weight: float = 1.0  # atoms vs raw turns in layer="both"
+    # Atoms vs raw turns in layer="both": atoms say the same in fewer tokens, so at equal
+    # relevance they win the slot (LoCoMo dev: same MRR with ~40% fewer tokens at 1.5).
+    atom_weight: float = 1.5
     skipped_turn_weight: float = 0.5  # turns the extraction pre-filter found nothing durable in

@@ -27,6 +27,7 @@ APPLICATION_ID = 0x6D656D64  # "memd"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 30_000
 MAX_CONTENT_CHARS = 1_000_000
+SOURCE_INDEX_CHARS = 4_000  # of an atom's source turns' text indexed with it (atoms_fts.source)
 
 # Migrations: MIGRATIONS[v] takes a file from user_version v to v + 1. Empty at version 1.
 MIGRATIONS: dict[int, str] = {}
@@ -286,13 +287,15 @@ def insert_atom(
          _clamp(confidence), first_seen, last_seen, valid_from, now()),
     )
     atom_id = conn.last_insert_rowid()
-    add_sources(conn, atom_id, turn_ids)
+    _link_sources(conn, atom_id, turn_ids)
     subject = " ".join(filter(None, (record.get("subject"), record.get("predicate"))))
     value = " ".join(filter(None, (record.get("object"), record.get("domain"), record.get("outcome"))))
     kind = " ".join(filter(None, (record["kind"], record.get("sentiment"))))
     conn.execute(
-        'insert into "atoms_fts" ("rowid", "u", "subject", "value", "body", "kind") values (?, ?, ?, ?, ?, ?)',
-        (atom_id, user_tag(user), text.segment(subject), text.segment(value), text.segment(line), kind),
+        'insert into "atoms_fts" ("rowid", "u", "subject", "value", "body", "kind", "source") '
+        "values (?, ?, ?, ?, ?, ?, ?)",
+        (atom_id, user_tag(user), text.segment(subject), text.segment(value), text.segment(line), kind,
+         _source_text(conn, atom_id)),
     )
     if vector is not None:
         conn.execute(
@@ -303,10 +306,31 @@ def insert_atom(
 
 
 def add_sources(conn: apsw.Connection, atom_id: int, turn_ids: Sequence[int]) -> None:
+    """Link more source turns to an atom (a merge) and re-index its source words."""
+    _link_sources(conn, atom_id, turn_ids)
+    reindex_sources(conn, atom_id)
+
+
+def _link_sources(conn: apsw.Connection, atom_id: int, turn_ids: Sequence[int]) -> None:
     conn.executemany(
         'insert or ignore into "atom_sources" ("atom_id", "turn_id") values (?, ?)',
         [(atom_id, t) for t in turn_ids],
     )
+
+
+def _source_text(conn: apsw.Connection, atom_id: int) -> str:
+    # The words of the atom's source turns, capped so a long turn cannot bloat the index.
+    rows = conn.execute(
+        'select t."content" from "atom_sources" s join "turns" t on t."id" = s."turn_id" '
+        'where s."atom_id" = ? order by t."id"',
+        (atom_id,),
+    ).fetchall()
+    return text.segment(" ".join(r[0] for r in rows)[:SOURCE_INDEX_CHARS])
+
+
+def reindex_sources(conn: apsw.Connection, atom_id: int) -> None:
+    """Rewrite the atom's FTS 'source' column from the source turns it has now."""
+    conn.execute('update "atoms_fts" set "source" = ? where "rowid" = ?', (_source_text(conn, atom_id), atom_id))
 
 
 def set_atom_status(conn: apsw.Connection, atom_id: int, status: str) -> None:
@@ -408,6 +432,10 @@ def delete_turns(conn: apsw.Connection, turn_ids: Sequence[int]) -> None:
         for atom_id in orphans
         if conn.execute('select 1 from "atom_sources" where "atom_id" = ?', (atom_id,)).fetchone()
     }
+    # An atom that keeps other sources must lose the forgotten turn's words from its index.
+    with scrubbed_fts(conn, "atoms_fts", len(still_sourced)):
+        for atom_id in still_sourced:
+            reindex_sources(conn, atom_id)
     delete_atoms(conn, sorted(orphans - still_sourced))
 
 

@@ -59,7 +59,8 @@ def test_weighted_alpha_moves_between_keyword_and_vector(mem, alice):
     keyword_only = mem.search("PostgreSQL", user="alice", layer="atoms", alpha=1.0)
     vector_only = mem.search("PostgreSQL", user="alice", layer="atoms", alpha=0.0)
     assert keyword_only[0].text == vector_only[0].text == "backend database is PostgreSQL"
-    assert pytest.approx(1.0, rel=0.2) == keyword_only[0].score / 0.95  # keyword top is normalised to 1
+    # The keyword top is normalised to 1, then scaled by atom weight and confidence (0.9 -> 0.95).
+    assert pytest.approx(mem.settings.atom_weight * 0.95) == keyword_only[0].score
 
 
 @pytest.mark.parametrize("query", [
@@ -199,3 +200,20 @@ def test_turns_the_prefilter_skipped_rank_lower(mem):
     hits = mem.search("hello train", user="u", layer="turns")
     assert [second, first] == [h.id for h in hits]
     assert pytest.approx(0.5) == hits[1].score / hits[0].score
+
+
+def test_atom_is_found_by_words_of_its_source_turn(mem, alice):
+    _, atoms = alice
+    hits = mem.search("Interstellar", user="alice", layer="atoms")
+    assert atoms["scifi"] == hits[0].id and "Alice likes science fiction films" == hits[0].text
+
+
+def test_forgetting_one_source_removes_its_words_from_the_atom_index(mem, alice):
+    turns, atoms = alice
+    (extra,) = mem.add([{"content": "Sci-fi again: Dune is my favourite zorblax."}], user="alice")
+    with store.write(mem.conn):
+        store.add_sources(mem.conn, atoms["scifi"], [extra])
+    assert atoms["scifi"] == mem.search("zorblax", user="alice", layer="atoms")[0].id
+    mem.forget(turn_id=extra)
+    assert [] == mem.conn.execute("select rowid from atoms_fts where atoms_fts match 'zorblax'").fetchall()
+    assert atoms["scifi"] == mem.search("Interstellar", user="alice", layer="atoms")[0].id
