@@ -223,7 +223,8 @@ def load_atoms(path: Path) -> list[dict]:
         conv = row.get("conv") or row.get("conv_id") or row.get("sample_id")
         dia = row.get("dia_ids") or row.get("source_dia_ids") or row.get("sources") or row.get("evidence") or []
         out.append({"conv": conv, "record": record, "confidence": float(row.get("confidence", 0.8)),
-                    "dia_ids": [dia] if isinstance(dia, str) else list(dia), "ts": row.get("ts")})
+                    "dia_ids": [dia] if isinstance(dia, str) else list(dia), "ts": row.get("ts"),
+                    "session": row.get("session")})
     return out
 
 
@@ -243,41 +244,50 @@ def dev_split(path: Path, embedder, settings: Settings) -> dict:
     samples = {s["sample_id"]: s for s in json.loads(DEV.read_text(encoding="utf-8"))}
     report = {"file": str(path), "candidates": len(atoms), "conversations": {}}
     for conv in sorted({a["conv"] for a in atoms if a["conv"] in samples}):
-        report["conversations"][conv] = _one_conversation(
-            samples[conv], [a for a in atoms if a["conv"] == conv], embedder, settings)
+        mine = [a for a in atoms if a["conv"] == conv]
+        vectors = embedder.embed([codec.canonical_text(a["record"]) for a in mine])
+        with_vectors = _one_conversation(samples[conv], mine, vectors, embedder, settings, keyword_only=False)
+        keywords = _one_conversation(samples[conv], mine, vectors, embedder, settings, keyword_only=True)
+        report["conversations"][conv] = {**with_vectors, "sessions": len({a["session"] for a in mine}), "keyword_only": {
+            k: keywords[k] for k in ("active_after", "actions", "near_duplicate_pairs_after")}}
     convs = report["conversations"].values()
     report["total"] = {k: sum(c[k] for c in convs) for k in (
-        "candidates", "active_before", "active_after", "near_duplicate_pairs_before", "near_duplicate_pairs_after")}
+        "candidates", "active_before", "active_after", "near_duplicate_pairs_before", "near_duplicate_pairs_after",
+        "atoms_with_a_near_duplicate_before", "atoms_with_a_near_duplicate_after")}
+    report["total"]["keyword_only_active_after"] = sum(c["keyword_only"]["active_after"] for c in convs)
+    report["total"]["keyword_only_near_duplicate_pairs_after"] = sum(
+        c["keyword_only"]["near_duplicate_pairs_after"] for c in convs)
     return report
 
 
-def _one_conversation(sample: dict, atoms: list[dict], embedder, settings: Settings) -> dict:
+def _one_conversation(sample: dict, atoms: list[dict], vectors: np.ndarray, embedder, settings: Settings,
+                      *, keyword_only: bool) -> dict:
+    """Absorb one conversation's candidates in time order into a fresh file (vectors given to
+    absorb, or None as in keyword-only mode) and count what stays active."""
     times = session_times(sample)
-    vectors = embedder.embed([codec.canonical_text(a["record"]) for a in atoms])
     with tempfile.TemporaryDirectory() as tmp, memdb.open(Path(tmp) / "dev.db", embedder=embedder,
                                                            extract="defer", settings=settings) as mem:
         user = sample["sample_id"]
         turn_of = _store_turns(mem, sample, times, user)
         actions: Counter = Counter()
         examples: list[dict] = []
+        vector_of: dict[int, np.ndarray] = {}  # atom id -> the vector of the candidate that made it
         started = time.perf_counter()
-        order = sorted(range(len(atoms)), key=lambda i: atoms[i]["ts"] or max(
-            (times.get(d, "") for d in atoms[i]["dia_ids"]), default=""))
-        for i in order:
+        for i in sorted(range(len(atoms)), key=lambda i: _when(atoms[i], times)):
             atom = atoms[i]
-            turn_ids = [turn_of[d] for d in atom["dia_ids"] if d in turn_of]
-            ts = atom["ts"] or max((times[d] for d in atom["dia_ids"] if d in times), default=max(times.values()))
             with store.write(mem.conn):
                 action, atom_id = lifecycle.absorb(
                     mem.conn, user=user, record=atom["record"], confidence=atom["confidence"],
-                    turn_ids=turn_ids, ts=ts, vector=vectors[i], settings=settings)
+                    turn_ids=[turn_of[d] for d in atom["dia_ids"] if d in turn_of], ts=_when(atom, times),
+                    vector=None if keyword_only else vectors[i], settings=settings)
             actions[action] += 1
+            vector_of.setdefault(atom_id, vectors[i])
             if action != "new":
                 examples.append(_example(mem, action, atom_id, atom["record"]))
         elapsed = time.perf_counter() - started
         active = [r[0] for r in mem.conn.execute('select "id" from "atoms" where "status" != 1 order by "id"')]
-        kept = _stored_vectors(mem, active)
         texts = [mem.conn.execute('select "text" from "atoms" where "id" = ?', (i,)).fetchone()[0] for i in active]
+    kept = np.stack([vector_of[i] for i in active]) if active else np.zeros((0, 1), np.float32)
     return {
         "candidates": len(atoms),
         "active_before": len(atoms),
@@ -291,6 +301,10 @@ def _one_conversation(sample: dict, atoms: list[dict], embedder, settings: Setti
         "examples": examples,
         "near_duplicates_left": _near_list(kept, texts),
     }
+
+
+def _when(atom: dict, times: dict[str, str]) -> str:
+    return atom["ts"] or max((times[d] for d in atom["dia_ids"] if d in times), default=max(times.values()))
 
 
 def _near_list(vectors: np.ndarray, texts: list[str], threshold: float = 0.9) -> list[dict]:
@@ -323,11 +337,6 @@ def _store_turns(mem, sample: dict, times: dict[str, str], user: str) -> dict[st
                     mem.conn, user=user, session=key, seq=seq, role="user", speaker=turn["speaker"],
                     content=turn["text"], ts=times[turn["dia_id"]], vector=None)
     return turn_of
-
-
-def _stored_vectors(mem, ids: list[int]) -> np.ndarray:
-    rows = [mem.conn.execute("select embedding from atoms_vec where atom_id = ?", (i,)).fetchone()[0] for i in ids]
-    return np.stack([np.frombuffer(r, dtype=np.float32) for r in rows]) if rows else np.zeros((0, 1), np.float32)
 
 
 def _near_pairs(vectors: np.ndarray, threshold: float = 0.9) -> int:
