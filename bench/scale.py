@@ -72,6 +72,8 @@ def machine() -> dict:
         "python": platform.python_version(), "sqlite": apsw.sqlite_lib_version(),
         "apsw": apsw.apswversion(), "sqlite_vec": sqlite_vec.__version__ if hasattr(sqlite_vec, "__version__") else None,
         "numpy": np.__version__,
+        # The machine is shared: the load says how much of it this run had.
+        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -107,18 +109,22 @@ def sidecar(db: Path) -> Path:
 # ---------------------------------------------------------------- measure (child process)
 
 
-def statement_params(conn, query: str, qvec: np.ndarray, user: str, settings: Settings) -> dict:
-    """The parameters search.search binds (same defaults: intent alpha, pool, half-lives)."""
-    hl = settings.half_life_days
-    return {
-        "match": search.match_expression(user, query), "user": user,
-        "pool": max(settings.candidate_pool, 3 * K), "vector": store.as_blob(qvec),
-        "rrf": settings.fusion == "rrf", "rrf_k": settings.rrf_k,
-        "alpha": settings.alpha.get(search.intent(query), 0.5), "atom_weight": settings.atom_weight,
-        "floor": settings.freshness_floor, "now": search._user_now(conn, user),
-        "hl_fact": hl.get("fact"), "hl_preference": hl.get("preference"),
-        "hl_constraint": hl.get("constraint"), "hl_event": hl.get("event"),
-    }
+def bound_statement(conn, query: str, qvec: np.ndarray, user: str, layer: str, settings: Settings) -> tuple[str, dict]:
+    """The fusion statement and parameters search.search binds for this query, captured by
+    running it once through a spy connection (so this bench never drifts from search.py)."""
+    seen: dict = {}
+
+    class Spy:
+        def execute(self, sql, params=()):
+            if sql.lstrip().startswith("with "):
+                seen["sql"], seen["params"] = sql, params
+            return conn.execute(sql, params)
+
+        def __getattr__(self, name):
+            return getattr(conn, name)
+
+    search.search(Spy(), query, user=user, k=K, layer=layer, settings=settings, query_vector=qvec)
+    return seen["sql"], seen["params"]
 
 
 def stage_sql(layer: str) -> dict[str, list[str]]:
@@ -173,14 +179,14 @@ def cmd_measure(args: argparse.Namespace) -> dict:
                  "query_embed_ms_per_query": round(1000 * t_embed / len(qs), 2)}
 
     # Warm the page cache and SQLite's cache the way a running agent would have it.
-    for q, v in list(zip(qs, qvecs))[:20]:
+    for q, v in list(zip(qs, qvecs))[:min(20, max(3, len(qs) // 5))]:
         search.search(conn, q["query"], user=q["user"], k=K, layer="both", settings=settings, query_vector=v)
 
     times: dict[tuple, list[float]] = {}
     knn_ids: list[list[int]] = []
     for q, v in zip(qs, qvecs):
-        params = statement_params(conn, q["query"], v, q["user"], settings)
         for layer in ("atoms", "both"):
+            sql, params = bound_statement(conn, q["query"], v, q["user"], layer, settings)
             stages = stage_sql(layer)
             t_kw = sum(timed(lambda s=s: conn.execute(s, params).fetchall())[0] for s in stages["keyword"]) if params["match"] else 0.0
             t_vec = 0.0
@@ -189,8 +195,6 @@ def cmd_measure(args: argparse.Namespace) -> dict:
                 t_vec += t
                 if layer == "atoms" and i == 0:
                     knn_ids.append([r[0] for r in rows])
-            sql = search.fusion_sql(atoms=True, turns=layer == "both", keyword=params["match"] is not None,
-                                    vector=True, include_superseded=False)
             t_stmt, _ = timed(lambda: conn.execute(sql, params).fetchall())
             t_search, _ = timed(lambda: search.search(conn, q["query"], user=q["user"], k=K, layer=layer,
                                                       settings=settings, query_vector=v))
@@ -241,6 +245,8 @@ class _Rollback(Exception):
 
 def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: int) -> dict:
     """atoms/s on the built file, without dedup (insert_atom) and with (absorb); rolled back."""
+    if max(n_plain, n_absorb) <= 0:
+        return {}
     pool_bases = synth.bases(synth.POOL)
     pool = synth.pool_vectors(pool_bases)
     rng = random.Random(9)
@@ -252,6 +258,8 @@ def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: in
     vectors = synth.derive(pool, np.array(ids), nrng)
     out = {}
     for name, n in (("plain", n_plain), ("absorb", n_absorb)):
+        if n <= 0:
+            continue
         actions: dict[str, int] = {}
         t0 = time.perf_counter()
         try:
@@ -335,11 +343,17 @@ def quant(conn, user: str, ids: np.ndarray, mat: np.ndarray, qvecs: list[np.ndar
     variants = [("float32", "embedding", ":v", (1,)),
                 ("int8", "e8", "vec_quantize_int8(:v, 'unit')", (1, 4, 10)),
                 ("binary", "eb", "vec_quantize_binary(:v)", (1, 4, 10, 20))]
+    sizes_n = (K, pool)
+    if len(ids) > 300_000:
+        # At 1M a KNN with k in the thousands takes many seconds: int8 (no faster than float
+        # at 100k, and less exact) and the pool-sized variants are left to the 100k run.
+        variants = [variants[0], ("binary", "eb", "vec_quantize_binary(:v)", (1, 20, 40))]
+        sizes_n = (K,)
     for name, col, qexpr, factors in variants:
         sql = knn.format(col=col, q=qexpr)
-        for factor, n, via in [(f, n, via) for f in factors for n in (K, pool)
+        for factor, n, via in [(f, n, via) for f in factors for n in sizes_n
                                for via in (("table",) if f == 1 else ("table", "vec0"))]:
-            if via == "vec0" and (n != K or factor > 4):
+            if via == "vec0" and (n != K or factor != 4):
                 continue  # slow: measured once to show why the plain table is there
             lat, rec = [], []
             for v, gold in zip(qvecs, exact):
