@@ -1041,6 +1041,9 @@ _VAGUE_TIME = re.compile(
     r"最近|以前|之前|以后|刚才|小时候|时候|年|月|周|天|早上|晚上|现在", re.I)
 
 
+_ZH_DONE = re.compile(r"刚|了|过|完成|做完")
+
+
 def _is_time(words: str, ts: str) -> bool:
     """Whether the model's `when` is a time at all (resolvable, or a vague one such as "recently")."""
     return bool(timeparse.find(words, ts)) or _VAGUE_TIME.search(words) is not None
@@ -1051,13 +1054,17 @@ def _attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> d
     from a time phrase in the turn's sentence the atom came from."""
     if when and when.lower() not in turn.content.lower():
         when = None  # time words the turn never said: the atom stays, undated
-    # A time phrase the model left inside the object or predicate belongs in `when`.
+    # A time phrase inside the object or predicate belongs in `when` when the turn said it, and
+    # nowhere when it did not (a small model copies the example's "前天" into other atoms).
     for part in ("object", "predicate"):
         value = record.get(part, "")
         for phrase, _ in timeparse.find(value, turn.ts):
-            if phrase.lower() in turn.content.lower() and len(value) > len(phrase) + 2:
+            if len(value) > len(phrase) + 2:
                 record[part] = " ".join(value.replace(phrase, " ").split()).strip(" ,，")
-                when = when or phrase
+                if phrase.lower() in turn.content.lower():
+                    when = when or phrase
+    if record["kind"] == "fact" and _ZH_DONE.search(" ".join(record.get(f, "") for f in ("predicate", "object"))):
+        record["kind"] = "event"  # 刚做完 / 做了 / 去过: something happened
     if not when and record["kind"] == "event":
         found = timeparse.find(sentence, turn.ts) or (timeparse.find(turn.content, turn.ts)
                                                       if len(timeparse.find(turn.content, turn.ts)) == 1 else [])

@@ -388,6 +388,13 @@ def test_time_words_the_turn_never_said_are_dropped():
     assert ("when" in candidates[0].record, "date" in candidates[0].record) == (False, False)
 
 
+def test_a_time_phrase_the_turn_never_said_is_cut_from_the_object():
+    source = turn(1, "我们后端用 Go，禁止 ORM。对了上周三刚做完 v2 发布。", speaker=None, ts="2026-11-26T10:00:00")
+    candidates, _ = extract.extract([source], FakeLLM(reply("用户 | ORM | 前天刚做完 v2 发布")))
+    assert ("event", "刚做完 v2 发布", "上周三", "2026-11-18") == tuple(
+        candidates[0].record.get(k) for k in ("kind", "object", "when", "date"))
+
+
 def test_chinese_event_date_is_resolved():
     source = turn(1, "对了上周三刚做完 v2 发布。", speaker=None, ts="2026-11-26T10:00:00")  # a Thursday
     candidates, _ = extract.extract([source], FakeLLM(reply("用户 | 做完 | v2 发布 | 上周三")))
