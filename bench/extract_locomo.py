@@ -256,6 +256,33 @@ def merge(paths: list[str]) -> dict:
     }
 
 
+def prefix_reuse(args: argparse.Namespace, n_turns: int = 8) -> dict:
+    """Timing with the prompt prefix kept in the KV cache vs the cache cleared before every call."""
+    data = json.loads(DATA.read_text())
+    sample = data[-1]
+    turns, _ = conversation_turns(sample, 40)[0]
+    names = {t.speaker for t in turns}
+    turns = [t for t in turns if not extract.prefilter(t, names)][:n_turns]
+    llm = extract.load_llm(args.llm, threads=args.threads)
+    model = llm.model()
+    extract.extract([turns[0]], llm)  # warm-up: the prefix is now in the cache
+    rows = []
+    for mode in ("kept", "cleared", "kept"):
+        before, started = dict(llm.stats), time.perf_counter()
+        for turn in turns:
+            if mode == "cleared":
+                model.reset()
+                model._ctx.kv_cache_seq_rm(-1, 0, -1)
+            extract.extract([turn], llm)
+        seconds = time.perf_counter() - started
+        rows.append({"mode": mode, "calls": len(turns), "seconds_per_call": round(seconds / len(turns), 2),
+                     "prompt_tokens_per_call": round((llm.stats["prompt_tokens"] - before["prompt_tokens"]) / len(turns), 1),
+                     "evaluated_prompt_tokens_per_call":
+                         round((llm.stats["prompt_eval_tokens"] - before["prompt_eval_tokens"]) / len(turns), 1)})
+    return {"command": " ".join([".venv/bin/python", *sys.argv]), "conversation": sample["sample_id"],
+            "loadavg_end": os.getloadavg(), "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--conv", action="append", help="conversation id (repeatable); default: all")
@@ -268,7 +295,13 @@ def main() -> None:
     parser.add_argument("--atoms", default="/tmp/locomo_dev_atoms.jsonl", help="JSONL of the extracted atoms")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every turn and atom to stderr")
     parser.add_argument("--merge", nargs="+", metavar="RESULT", help="combine result files of earlier runs, run nothing")
+    parser.add_argument("--prefix-reuse", action="store_true", help="time calls with the prompt prefix cached vs not")
     args = parser.parse_args()
+    if args.prefix_reuse:
+        out = Path(args.out or ROOT / "bench" / "results" / "extract_prefix_reuse.json")
+        out.write_text(json.dumps(prefix_reuse(args), indent=2) + "\n")
+        print(out.read_text())
+        return
     if args.merge:
         out = Path(args.out or ROOT / "bench" / "results" / "extract_dev.json")
         out.write_text(json.dumps(merge(args.merge), indent=2, ensure_ascii=False) + "\n")
