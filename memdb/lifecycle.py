@@ -40,7 +40,7 @@ log = logging.getLogger("memdb")
 ATTRIBUTE_KEYS: dict[str, tuple[str, ...]] = {
     "location": (
         "lives in", "living in", "moved to", "moving to", "relocated to", "is based in",
-        "based in", "resides in", "settled in", "home is in", "stays in",
+        "based in", "resides in", "settled in", "home is in",
         "住在", "住", "搬到", "搬去", "搬家到", "定居", "居住", "现居", "常驻", "生活在",
     ),
     "origin": ("is from", "comes from", "originally from", "grew up in", "hometown", "来自", "老家", "出生在", "出生于"),
@@ -326,6 +326,7 @@ def _phrase_in(phrase: str, predicate: str) -> bool:
 def _key_by_words(predicate: str) -> str | None:
     # The fallback for wordings not listed: the key whose phrases' content words the predicate
     # covers best ("currently residing" → location through "resides"); a tie says nothing.
+    # Short stems ("com" of "comes from") are too common to name an attribute on their own.
     words = {w for w in _stems(predicate) if w not in _FUNCTION_STEMS}
     if not words:
         return None
@@ -333,7 +334,7 @@ def _key_by_words(predicate: str) -> str | None:
     for key, phrases in ATTRIBUTE_KEYS.items():
         for phrase in phrases:
             want = {w for w in _stems(phrase) if w not in _FUNCTION_STEMS}
-            if want and not text.has_cjk(phrase):
+            if want and not text.has_cjk(phrase) and max(map(len, want)) > 3:
                 scores[key] = max(scores.get(key, 0.0), len(want & words) / len(want))
     best = sorted(scores.items(), key=lambda kv: -kv[1])
     if best and best[0][1] >= 1.0 and (len(best) == 1 or best[1][1] < 1.0):
