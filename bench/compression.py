@@ -225,7 +225,9 @@ def main() -> None:
     result = run(args.data, args.atoms, args.whole)
     result.update({"command": "python bench/compression.py " + " ".join(sys.argv[1:]), "machine": machine(),
                    "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                   "data": args.data.name, "atoms_file": str(args.atoms)})
+                   "data": args.data.name, "atoms_file": str(args.atoms),
+                   # the extraction may still be writing the file: say what this run read
+                   "atoms_rows_read": sum(c["candidates"] for c in result["conversations"].values())})
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
     t, b = result["tokens"], result["bytes"]
     print(f"tokens: L0 {t['l0']:,} vs atoms {t['atoms']:,} ({t['l0_over_atoms']}x; rendered {t['l0_over_atoms_rendered']}x); "
