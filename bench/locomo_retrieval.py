@@ -136,6 +136,9 @@ def run(data: Path, atoms: Path | None, sweep: bool) -> dict:
                                          settings=mem.settings, query_vector=qvec, fusion=fusion, alpha=alpha)
                     latencies.append(time.perf_counter() - t0)
                     row = score(hits, gold, turn_to_dia)
+                    # Tokens of what search returns (the hits' text) and of the same hits
+                    # rendered as context lines (date · kind/speaker · text).
+                    row["text_tokens@10"] = sum(mem.count_tokens(h.text) for h in hits[:10])
                     row["tokens@10"] = sum(mem.count_tokens(search.render_line(h) + "\n") for h in hits[:10])
                     row["intent"] = intent
                     results[name].append(row)
@@ -195,9 +198,10 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
     if result["sweep"]:
         plot(result["sweep"], args.out.with_suffix(".png"))
-    print(f"{'config':16} {'R@5':>6} {'R@10':>6} {'R@20':>6} {'MRR':>6} {'tok@10':>7}")
+    print(f"{'config':16} {'R@5':>6} {'R@10':>6} {'R@20':>6} {'MRR':>6} {'text@10':>7} {'lines@10':>8}")
     for name, m in result["summary"].items():
-        print(f"{name:16} {m['recall@5']:6.3f} {m['recall@10']:6.3f} {m['recall@20']:6.3f} {m['mrr']:6.3f} {m['tokens@10']:7.0f}")
+        print(f"{name:16} {m['recall@5']:6.3f} {m['recall@10']:6.3f} {m['recall@20']:6.3f} {m['mrr']:6.3f} "
+              f"{m['text_tokens@10']:7.0f} {m['tokens@10']:8.0f}")
 
 
 if __name__ == "__main__":
