@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import codec, lifecycle, store
+from . import codec, extract, lifecycle, store
 
 if TYPE_CHECKING:
     from . import Memory
@@ -24,8 +24,6 @@ _TURN_COLUMNS = '"id", "user", "session", "seq", "role", "speaker", "content", "
 def run(mem: "Memory", *, user: str | None, turn_ids: list[int] | None, limit: int | None,
         progress: Callable[[int, int], None] | None) -> dict[str, int]:
     """Extract pending turns; returns counts of turn outcomes and atom actions."""
-    from . import extract
-
     pending = _pending(mem, user, turn_ids, limit)
     counts = dict.fromkeys(("done", "skipped", "failed", "new", "merged", "superseded", "conflicting"), 0)
     if not pending:
@@ -34,10 +32,10 @@ def run(mem: "Memory", *, user: str | None, turn_ids: list[int] | None, limit: i
     finished = 0
     for batch in _batches(pending, mem.settings.extract_batch):
         history = _history(mem, batch[0])
-        turns = [_as_turn(extract, row) for row in batch]
+        turns = [_as_turn(row) for row in batch]
         try:
             with mem._lock:
-                candidates, outcomes = extract.extract(turns, llm, history=[_as_turn(extract, r) for r in history])
+                candidates, outcomes = extract.extract(turns, llm, history=[_as_turn(r) for r in history])
         except Exception as exc:  # a model crash fails this batch, never the caller
             log.warning("memdb: extraction of turns %s failed: %s", [t.id for t in turns], exc)
             candidates, outcomes = [], {t.id: extract.Outcome("failed", f"model error: {exc}") for t in turns}
@@ -87,7 +85,7 @@ def _history(mem: "Memory", first: tuple) -> list[tuple]:
     return rows[::-1]
 
 
-def _as_turn(extract, row: tuple):
+def _as_turn(row: tuple) -> extract.Turn:
     id_, user, session, _seq, role, speaker, content, ts = row
     return extract.Turn(id=id_, user=user, session=session, role=codec.ROLE_NAMES[role],
                         speaker=speaker, content=content, ts=ts)
@@ -118,12 +116,7 @@ def _write(mem: "Memory", turns, candidates, outcomes, counts: dict[str, int]) -
                 continue
             outcome = outcomes.get(turn.id)
             if outcome is None:  # extract() must account for every turn; say so if it did not
-                outcome = extract_outcome("failed", "extraction returned no outcome for this turn")
+                outcome = extract.Outcome("failed", "extraction returned no outcome for this turn")
             store.set_turn_state(mem.conn, turn.id, outcome.state, outcome.reason)
             counts[outcome.state] += 1
 
-
-def extract_outcome(state: str, reason: str | None):
-    from . import extract
-
-    return extract.Outcome(state, reason)
