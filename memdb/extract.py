@@ -1254,7 +1254,9 @@ def _merge_duplicates(candidates: list[Candidate], outcomes: dict[int, Outcome])
     """One candidate per distinct statement in this call: repeats merge their turn ids."""
     kept: dict[str, Candidate] = {}
     for cand in candidates:
-        key = " ".join(text.terms(codec.canonical_text(cand.record))) or codec.canonical_text(cand.record).lower()
+        line = codec.canonical_text(cand.record)
+        # terms() drops one-digit numbers (noise for search), but "2 kids" and "3 kids" differ.
+        key = " ".join(text.terms(line) + re.findall(r"\d+", line)) or line.lower()
         if key in kept:
             first = kept[key]
             first.turn_ids = sorted(set(first.turn_ids) | set(cand.turn_ids))

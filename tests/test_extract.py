@@ -543,3 +543,13 @@ def test_count_tokens_falls_back_to_an_estimate_without_a_model():
             raise RuntimeError("no vocab")
 
     assert 3 == extract.count_tokens(NoTokenizer(), "hello world!")
+
+
+def test_statements_differing_only_in_a_digit_stay_apart():
+    from memdb.extract import Candidate, Outcome, _merge_duplicates
+
+    two = Candidate({"kind": "fact", "subject": "Ana", "predicate": "has", "object": "2 kids"}, 0.9, [1])
+    three = Candidate({"kind": "fact", "subject": "Ana", "predicate": "has", "object": "3 kids"}, 0.9, [2])
+    again = Candidate({"kind": "fact", "subject": "Ana", "predicate": "has", "object": "2 kids"}, 0.8, [2])
+    kept = _merge_duplicates([two, three, again], {1: Outcome("done"), 2: Outcome("done")})
+    assert [[1, 2], [2]] == [c.turn_ids for c in kept]
