@@ -107,18 +107,25 @@ def _open(path: str) -> memdb.Memory:
     return memdb.open(path, embedder=HashEmbedder(), llm=NO_MODEL, extract="defer")
 
 
+def _open_or_report(path: str, out: dict[str, Any], results: Any) -> memdb.Memory | None:
+    """The worker's Memory, or None after reporting why it could not open (an error, not a hang)."""
+    try:
+        return _open(path)
+    except Exception:
+        out["errors"].append(traceback.format_exc())
+        results.put(out)
+        return None
+
+
 def _writer(path: str, n: int, deadline_s: float, start: Any, results: Any) -> None:
     rng = random.Random(n)
     out: dict[str, Any] = {"role": "writer", "n": n, "ids": [], "adds": 0, "extracts": 0, "errors": []}
     start.wait()
     deadline = time.monotonic() + deadline_s
-    try:
-        mem = _open(path)
-        mem._llm = EchoLLM()
-    except Exception:
-        out["errors"].append(traceback.format_exc())
-        results.put(out)
+    mem = _open_or_report(path, out, results)
+    if mem is None:
         return
+    mem._llm = EchoLLM()
     while time.monotonic() < deadline:
         try:
             messages = [{"role": rng.choice(["user", "user", "assistant"]),
@@ -140,11 +147,8 @@ def _reader(path: str, n: int, deadline_s: float, writers: int, start: Any, resu
     out: dict[str, Any] = {"role": "reader", "n": n, "searches": 0, "hits": 0, "errors": []}
     start.wait()
     deadline = time.monotonic() + deadline_s
-    try:
-        mem = _open(path)
-    except Exception:
-        out["errors"].append(traceback.format_exc())
-        results.put(out)
+    mem = _open_or_report(path, out, results)
+    if mem is None:
         return
     while time.monotonic() < deadline:
         try:
