@@ -173,3 +173,15 @@ def test_stats_counts(mem):
     assert 3 == stats["turns"] and {"pending": 3} == stats["turns_by_state"]
     assert 0 == stats["atoms"] and not stats["keyword_only"]
     assert 2 == mem.stats()["users"]
+
+
+def test_unloadable_embedder_degrades_to_keyword_only(db_path, tmp_path, caplog):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a gguf file at all")
+    with caplog.at_level("WARNING", logger="memdb"):
+        with memdb.open(db_path, embedder=str(broken), extract="defer") as mem:
+            (tid,) = mem.add([{"content": "The staging server is called Hermes."}], user="u")
+            assert [tid] == [h.id for h in mem.search("Hermes", user="u")]
+            stats = mem.stats()
+    assert stats["keyword_only"] and "broken.gguf" in stats["embedder_error"]
+    assert 1 == caplog.text.count("running keyword-only")
