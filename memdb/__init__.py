@@ -11,6 +11,7 @@ file), embed (vectors), extract (the local model), lifecycle (merge, supersede),
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -35,6 +36,7 @@ from .errors import (
     SchemaError,
     SearchError,
 )
+from .cache import SearchCache
 from .search import Hit
 from .settings import Settings
 
@@ -145,6 +147,10 @@ class Memory:
         self._lock = threading.RLock()
         self._warned: set[str] = set()
         self.embedder, self.embedder_error = self._load_embedder(embedder)
+        self.cache = SearchCache(
+            vector_copy_min=settings.vector_copy_min, vector_copy_mb=settings.vector_copy_mb,
+            blas_limit=functools.partial(_blas_threads, threads),
+        )
 
     # ------------------------------------------------------------ setup
 
@@ -315,7 +321,7 @@ class Memory:
             store.check_name(session, "session")
         qvec = self._query_vector(query, user, session)
         args = dict(user=user, k=k, layer=layer, settings=self.settings, fusion=fusion,
-                    alpha=alpha, include_superseded=include_superseded)
+                    alpha=alpha, include_superseded=include_superseded, cache=self.cache)
         with self._lock:
             try:
                 return _search.search(self.conn, query, query_vector=qvec, **args)
@@ -517,3 +523,12 @@ def _check_ids(ids: Any, field: str) -> list[int]:
         raise InvalidInput(f"{field} must be a list of integer ids, not {str(ids)[:60]!r}")
     return list(ids)
 
+
+
+def _blas_threads(threads: int | None) -> Any:
+    # The embedder's module holds the BLAS thread limiter; it is imported only when a limit is set.
+    if threads is None:
+        return contextlib.nullcontext()
+    from .embed import blas_threads
+
+    return blas_threads(threads)

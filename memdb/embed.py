@@ -542,6 +542,14 @@ def _threadpool_controller() -> Any:
     return ThreadpoolController()
 
 
+def blas_threads(threads: int | None) -> contextlib.AbstractContextManager[Any]:
+    """A context in which numpy's BLAS uses at most threads threads (None: as it likes)."""
+    controller = _threadpool_controller() if threads is not None else None
+    if controller is None:
+        return contextlib.nullcontext()
+    return controller.limit(limits=threads, user_api="blas")
+
+
 class MiniLM:
     """The default embedder: all-MiniLM-L6-v2 in numpy (384 dimensions, 256 tokens)."""
 
@@ -550,12 +558,6 @@ class MiniLM:
         self.name = DEFAULT_NAME
         self.dim = model.dim
         self.threads = threads
-        self._controller = _threadpool_controller() if threads is not None else None
-
-    def _blas_threads(self) -> contextlib.AbstractContextManager[Any]:
-        if self._controller is None:
-            return contextlib.nullcontext()
-        return self._controller.limit(limits=self.threads, user_api="blas")
 
     def tokens(self, text: str) -> list[str]:
         """The wordpieces the model sees for text, [CLS] and [SEP] included, not truncated."""
@@ -565,7 +567,7 @@ class MiniLM:
         texts = _check_texts(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         ids = [self.model.tokenizer.encode(t, self.model.max_tokens) for t in texts]
-        with self._blas_threads():
+        with blas_threads(self.threads):
             for batch in _batches([len(x) for x in ids]):
                 out[batch] = self.model.encode_batch([ids[i] for i in batch])
         return out

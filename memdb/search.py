@@ -8,6 +8,7 @@ covered, or a turn that a kept atom already stands for, does not take a slot.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ import apsw
 import numpy as np
 
 from . import codec, store, text
+from .cache import SearchCache
 from .settings import Settings
 
 log = logging.getLogger("memdb")
@@ -76,10 +78,49 @@ def intent(query: str) -> str:
     return "open"
 
 
-def match_expression(user: str, query: str) -> str | None:
-    """The FTS5 MATCH for query scoped to user, or None when no searchable term is left."""
-    terms = text.fts_query(query)
-    return f'u : "{store.user_tag(user)}" AND ({terms})' if terms else None
+def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *,
+                     cache: SearchCache | None = None, postings: int = 0) -> str | None:
+    """The FTS5 MATCH for query on layer ("atoms" or "turns"), scoped to user; None when no
+    searchable term is left.
+
+    Every term is quoted, so no operator in user text takes effect. Given a cache and a
+    postings budget, the commonest terms are dropped once the kept ones reach the budget:
+    bm25 counts every posting of every term before it scores anything, and a term in a fifth
+    of all rows weighs little (idf ~1.4, a rare name ~7) but costs the most. The rarest term
+    is always kept. The user scope is left out when user is the only one in the table, where
+    it would only add a pass over all of their rows.
+    """
+    terms = [t for t in text.terms(query)[:text.MAX_QUERY_TERMS] if text.quote(t)]
+    if cache is not None and postings and len(terms) > 1:
+        terms = _affordable(terms, cache.document_frequencies(conn, layer, terms), postings)
+    if not terms:
+        return None
+    expression = " OR ".join(text.quote(t) for t in terms)
+    if _sole_user(conn, layer, user):
+        return expression
+    return f'u : "{store.user_tag(user)}" AND ({expression})'
+
+
+def _affordable(terms: list[str], counts: list[int], postings: int) -> list[str]:
+    # Rarest first. Counts may be a little stale (cache.py); a stale count only moves a term
+    # that is common anyway, and a term counted 0 is kept (new rows may hold it).
+    ranked = sorted(zip(counts, terms))
+    kept, spent = [], 0
+    for count, term in ranked:
+        if kept and spent + count > postings:
+            break
+        kept.append(term)
+        spent += count
+    return [t for t in terms if t in kept]
+
+
+def _sole_user(conn: apsw.Connection, layer: str, user: str) -> bool:
+    # Two subqueries, each answered from the user index in O(log n) (a single select with
+    # both min() and max() would scan it).
+    row = conn.execute(
+        f'select (select min("user") from "{layer}"), (select max("user") from "{layer}")'
+    ).fetchone()
+    return row[0] == user and row[1] == user
 
 
 # ---------------------------------------------------------------- the fusion statement
@@ -87,19 +128,23 @@ def match_expression(user: str, query: str) -> str | None:
 _EMPTY = "select null as id, null as s where 0"
 
 
-def _keyword_cte(table: str, weights: Sequence[float], enabled: bool) -> str:
-    if not enabled:
+def _keyword_cte(table: str, weights: Sequence[float], param: str | None) -> str:
+    if param is None:
         return _EMPTY
     w = ", ".join(str(x) for x in weights)
     return (
         f'select rowid as id, -bm25("{table}", {w}) as s from "{table}" '
-        f'where "{table}" match :match order by s desc limit :pool'
+        f'where "{table}" match :{param} order by s desc limit :pool'
     )
 
 
-def _vector_cte(table: str, key: str, enabled: bool, active_filter: str = "") -> str:
-    if not enabled:
+def _vector_cte(table: str, key: str, source: str | None, active_filter: str = "") -> str:
+    """The vector side: sqlite-vec KNN in the user's partition ("knn"), or the (id, cosine)
+    pairs ranked by the in-process copy (cache.py), bound as JSON ("copy:<param>")."""
+    if source is None:
         return _EMPTY
+    if source.startswith("copy:"):
+        return f"select value ->> 0 as id, value ->> 1 as s from json_each(:{source[5:]})"
     return (
         f'select "{key}" as id, 1.0 - distance as s from "{table}" '
         f"where embedding match :vector and k = :pool and user = :user{active_filter}"
@@ -124,7 +169,18 @@ def _fused(layer: str, kw: str, vec: str) -> str:
     )
 
 
-def fusion_sql(*, atoms: bool, turns: bool, keyword: bool, vector: bool, include_superseded: bool) -> str:
+@dataclass
+class Sides:
+    """Which candidate lists the fusion statement reads: for each layer its keyword side (the
+    bound MATCH's parameter name, or None) and its vector side (see _vector_cte, or None)."""
+
+    atom_keyword: str | None = None
+    atom_vector: str | None = None
+    turn_keyword: str | None = None
+    turn_vector: str | None = None
+
+
+def fusion_sql(sides: Sides, *, include_superseded: bool) -> str:
     """One statement that fuses keyword and vector candidates of atoms and/or turns.
 
     Atom scores are also scaled by confidence and by freshness: a per-kind half-life (no
@@ -135,10 +191,10 @@ def fusion_sql(*, atoms: bool, turns: bool, keyword: bool, vector: bool, include
     # Each side is read twice (its rows and its max score): "materialized" makes SQLite run
     # it once. Without it the KNN ran twice per statement (bench/scale.py: +40% latency).
     ctes = [
-        f"akw as materialized ({_keyword_cte('atoms_fts', ATOM_WEIGHTS, keyword and atoms)})",
-        f"avec as materialized ({_vector_cte('atoms_vec', 'atom_id', vector and atoms, active)})",
-        f"tkw as materialized ({_keyword_cte('turns_fts', TURN_WEIGHTS, keyword and turns)})",
-        f"tvec as materialized ({_vector_cte('turns_vec', 'turn_id', vector and turns)})",
+        f"akw as materialized ({_keyword_cte('atoms_fts', ATOM_WEIGHTS, sides.atom_keyword)})",
+        f"avec as materialized ({_vector_cte('atoms_vec', 'atom_id', sides.atom_vector, active)})",
+        f"tkw as materialized ({_keyword_cte('turns_fts', TURN_WEIGHTS, sides.turn_keyword)})",
+        f"tvec as materialized ({_vector_cte('turns_vec', 'turn_id', sides.turn_vector)})",
         _ranked("akw_r", "akw"), _ranked("avec_r", "avec"),
         _ranked("tkw_r", "tkw"), _ranked("tvec_r", "tvec"),
         _fused("atom", "akw_r", "avec_r"), _fused("turn", "tkw_r", "tvec_r"),
@@ -185,37 +241,53 @@ def search(
     fusion: str | None = None,
     alpha: float | None = None,
     include_superseded: bool = False,
+    cache: SearchCache | None = None,
 ) -> list[Hit]:
-    """Fused, evidence-deduplicated hits for one user. Raises apsw.Error if SQL fails."""
+    """Fused, evidence-deduplicated hits for one user. Raises apsw.Error if SQL fails.
+
+    With a cache, large users' vectors are ranked in memory and common query terms are
+    pruned (cache.py); without one, every side is asked of SQLite."""
     fusion = fusion or settings.fusion
     alpha = settings.alpha.get(intent(query), 0.5) if alpha is None else alpha
-    match = match_expression(user, query)
+    pool = max(settings.candidate_pool, 3 * k)
     vector_ok = query_vector is not None and store.has_vectors(conn)
-    if match is None and not vector_ok:
+    params: dict = {"user": user, "pool": pool, "vector": store.as_blob(query_vector) if vector_ok else None}
+    sides = Sides()
+    for name in [n for n in ("atoms", "turns") if layer in (n, "both")]:
+        side = name[:-1]  # "atom" | "turn"
+        match = match_expression(conn, name, user, query, cache=cache, postings=settings.keyword_postings)
+        if match is not None:
+            params[f"{side}_match"] = match
+            setattr(sides, f"{side}_keyword", f"{side}_match")
+        if vector_ok:
+            setattr(sides, f"{side}_vector", _vector_side(
+                conn, cache, name, user, query_vector, pool, not include_superseded, params))
+    if not any(vars(sides).values()):
         return []
-    sql = fusion_sql(
-        atoms=layer in ("atoms", "both"),
-        turns=layer in ("turns", "both"),
-        keyword=match is not None,
-        vector=vector_ok,
-        include_superseded=include_superseded,
-    )
     hl = settings.half_life_days
-    params = {
-        "match": match, "user": user, "pool": max(settings.candidate_pool, 3 * k),
-        "vector": store.as_blob(query_vector) if vector_ok else None,
+    params.update({
         "rrf": fusion == "rrf", "rrf_k": settings.rrf_k, "alpha": alpha,
         "atom_weight": settings.atom_weight, "skipped_weight": settings.skipped_turn_weight,
         "floor": settings.freshness_floor,
         "now": _user_now(conn, user),
         "hl_fact": hl.get("fact"), "hl_preference": hl.get("preference"),
         "hl_constraint": hl.get("constraint"), "hl_event": hl.get("event"),
-    }
-    rows = conn.execute(sql, params).fetchall()
+    })
+    rows = conn.execute(fusion_sql(sides, include_superseded=include_superseded), params).fetchall()
     hits = [_hit(row) for row in rows]
     hits = distinct_evidence(hits)[:k]
     _attach_conflicts(conn, hits)
     return hits
+
+
+def _vector_side(conn: apsw.Connection, cache: SearchCache | None, layer: str, user: str,
+                 vector: np.ndarray, pool: int, active_only: bool, params: dict) -> str:
+    ranked = cache.top_k(conn, layer, user, vector, pool, active_only=active_only) if cache else None
+    if ranked is None:
+        return "knn"
+    param = f"{layer[:-1]}_vector_hits"
+    params[param] = json.dumps(ranked)
+    return f"copy:{param}"
 
 
 def _user_now(conn: apsw.Connection, user: str) -> str:

@@ -196,6 +196,14 @@ def create_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
     conn.execute(_schema_parts()[1].replace("{dim}", str(int(dim))))
     set_meta(conn, "embedder_name", name)
     set_meta(conn, "embedder_dim", str(int(dim)))
+    vectors_changed(conn)
+
+
+def vectors_changed(conn: apsw.Connection) -> None:
+    """Record that vectors were deleted or rebuilt, not only added: in-process copies of
+    them (cache.py) reload instead of appending. Call inside write()."""
+    epoch = int(get_meta(conn, "vectors_epoch") or 0)
+    set_meta(conn, "vectors_epoch", str(epoch + 1))
 
 
 def as_blob(vector: np.ndarray) -> bytes:
@@ -371,6 +379,8 @@ def delete_atoms(conn: apsw.Connection, atom_ids: Sequence[int]) -> None:
     decided about other atoms goes too: an atom left with no conflict partner is plain active
     again, and an atom they had superseded holds again, or is superseded by their successor."""
     vectors = has_vectors(conn)
+    if vectors:
+        vectors_changed(conn)
     partners: set[int] = set()
     relinks = _relinks(conn, set(atom_ids))
     with scrubbed_fts(conn, "atoms_fts", len(atom_ids)):
@@ -416,6 +426,8 @@ def _relinks(conn: apsw.Connection, deleted: set[int]) -> list[tuple[int, int | 
 def delete_turns(conn: apsw.Connection, turn_ids: Sequence[int]) -> None:
     """Delete turns with their FTS rows and vectors, and the atoms left with no source."""
     vectors = has_vectors(conn)
+    if vectors:
+        vectors_changed(conn)
     orphans: set[int] = set()
     with scrubbed_fts(conn, "turns_fts", len(turn_ids)):
         for turn_id in turn_ids:

@@ -50,9 +50,16 @@ def test_both_fusion_modes_rank_the_matching_atom_first(mem, alice, fusion):
 
 
 def test_fusion_sql_is_one_statement_with_both_sides():
-    sql = search.fusion_sql(atoms=True, turns=True, keyword=True, vector=True, include_superseded=False)
+    sides = search.Sides(atom_keyword="atom_match", atom_vector="knn", turn_keyword="turn_match", turn_vector="knn")
+    sql = search.fusion_sql(sides, include_superseded=False)
     assert 1 == sql.count("with ") and "atoms_fts" in sql and "atoms_vec" in sql and "turns_vec" in sql
     assert "k = :pool" in sql and "user = :user" in sql
+
+
+def test_fusion_sql_reads_a_copied_vector_side_from_json():
+    sides = search.Sides(atom_keyword="atom_match", atom_vector="copy:atom_vector_hits")
+    sql = search.fusion_sql(sides, include_superseded=False)
+    assert "json_each(:atom_vector_hits)" in sql and "atoms_vec" not in sql
 
 
 def test_weighted_alpha_moves_between_keyword_and_vector(mem, alice):

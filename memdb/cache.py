@@ -1,0 +1,209 @@
+"""In-process caches that keep search fast for users with large memories.
+
+Two things are slow to ask SQLite on every query once a user holds ~100k atoms:
+
+- The vector side. sqlite-vec 0.1.9's KNN scans every vector in the user's partition, without
+  SIMD in the PyPI wheel: 84 ms at 100k atoms on the 2-core bench machine, 6x numpy's brute
+  force over the same vectors (bench/scale.py). A user with at least `vector_copy_min` vectors
+  gets a float32 copy in memory, ranked by one matrix-vector product. vec0 stays the store of
+  record and answers for small users, inside transactions, and when the copy would not fit in
+  `vector_copy_mb`.
+- Document frequencies. FTS5's bm25 first counts every posting of every query term, so the
+  commonest terms cost the most and weigh the least; search.py drops the commonest terms beyond
+  a postings budget, using the counts cached here.
+
+A copy is checked before each use: when neither `pragma data_version` (another connection
+committed) nor the connection's total_changes (it wrote) moved, it is exact. Otherwise it is
+brought up to date from the committed file: ids are assigned in increasing order, so new rows
+are those above the copy's highest id; the superseded flags are read again; and the file's
+'vectors_epoch' (bumped by store.py whenever vectors are deleted or rebuilt) forces a reload.
+Copies are only changed outside transactions, so a rolled-back write never leaves a row behind.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+import numpy as np
+
+from . import store, text
+
+# What the copy of each layer is read from: the rows' table, its vec0 table and key column.
+LAYERS = {"atoms": ("atoms", "atoms_vec", "atom_id"), "turns": ("turns", "turns_vec", "turn_id")}
+SUPERSEDED = 1  # codec.STATUSES["superseded"]
+
+
+def stamp(conn: apsw.Connection) -> tuple[int, int]:
+    """Moves whenever the file may have changed: another connection committed, or this one wrote."""
+    return conn.execute("pragma data_version").fetchone()[0], conn.total_changes()
+
+
+@dataclass
+class VectorCopy:
+    """One user's vectors of one layer, unit length, in id order, with room to grow."""
+
+    ids: np.ndarray  # int64, capacity rows; the first n are used
+    matrix: np.ndarray  # float32 (capacity, dim)
+    n: int
+    active: np.ndarray | None  # atoms: False where superseded
+    epoch: str | None
+    stamp: tuple[int, int]
+
+    @property
+    def nbytes(self) -> int:
+        return self.matrix.nbytes + self.ids.nbytes
+
+    def append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        need = self.n + len(ids)
+        if need > len(self.ids):  # double the room, so appends stay cheap
+            capacity = max(need, 2 * len(self.ids))
+            self.ids = _grown(self.ids, capacity)
+            self.matrix = _grown(self.matrix, capacity)
+            if self.active is not None:
+                self.active = _grown(self.active, capacity)
+        self.ids[self.n : need] = ids
+        self.matrix[self.n : need] = vectors
+        if self.active is not None:
+            self.active[self.n : need] = True
+        self.n = need
+
+    def mark_superseded(self, superseded: np.ndarray) -> None:
+        """Flag exactly the rows whose ids are in superseded (sorted) as inactive."""
+        ids = self.ids[: self.n]
+        self.active[: self.n] = True
+        at = np.searchsorted(ids, superseded)
+        inside = at < self.n
+        at, superseded = at[inside], superseded[inside]
+        self.active[at[ids[at] == superseded]] = False
+
+    def top_k(self, query: np.ndarray, k: int, active_only: bool) -> list[tuple[int, float]]:
+        """(id, cosine) of the k nearest vectors, best first."""
+        scores = self.matrix[: self.n] @ query
+        if active_only and self.active is not None:
+            scores[~self.active[: self.n]] = -np.inf
+        if k < self.n:
+            top = np.argpartition(-scores, k)[:k]
+        else:
+            top = np.arange(self.n)
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(int(self.ids[i]), float(scores[i])) for i in top if scores[i] != -np.inf]
+
+
+def _grown(array: np.ndarray, capacity: int) -> np.ndarray:
+    out = np.empty((capacity,) + array.shape[1:], dtype=array.dtype)
+    out[: len(array)] = array
+    return out
+
+
+class SearchCache:
+    """The vector copies and term counts of one connection. Not thread-safe: Memory holds its
+    lock around every use, as it does for the connection."""
+
+    def __init__(self, *, vector_copy_min: int, vector_copy_mb: float,
+                 blas_limit: Any = contextlib.nullcontext) -> None:
+        self.vector_copy_min = vector_copy_min
+        self.vector_copy_bytes = int(vector_copy_mb * 2**20)
+        self.blas_limit = blas_limit
+        self.copies: collections.OrderedDict[tuple[str, str], VectorCopy] = collections.OrderedDict()
+        self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few vectors, as of stamp
+        self.frequencies: dict[tuple[str, str], int] = {}
+        self.frequencies_size: dict[str, int] = {}
+
+    # ------------------------------------------------------------ vectors
+
+    def top_k(self, conn: apsw.Connection, layer: str, user: str, query: np.ndarray, k: int,
+              *, active_only: bool = True) -> list[tuple[int, float]] | None:
+        """The k nearest of user's vectors in layer as (id, cosine), or None when vec0 should
+        answer instead (a small user, a copy too big for the budget, an open transaction)."""
+        copy = self._current(conn, layer, user)
+        if copy is None:
+            return None
+        query = np.asarray(query, dtype=np.float32)
+        query = query / (np.linalg.norm(query) or 1.0)
+        with self.blas_limit():
+            return copy.top_k(query, k, active_only)
+
+    def _current(self, conn: apsw.Connection, layer: str, user: str) -> VectorCopy | None:
+        key = (layer, user)
+        now = stamp(conn)
+        copy = self.copies.get(key)
+        if copy is not None and copy.stamp == now:
+            self.copies.move_to_end(key)
+            return copy
+        if self.small.get(key) == now or not conn.getautocommit() or not store.has_vectors(conn):
+            return None
+        epoch = store.get_meta(conn, "vectors_epoch")
+        if copy is None or copy.epoch != epoch:
+            self.copies.pop(key, None)
+            copy = self._load(conn, layer, user, epoch, now)
+            if copy is None:
+                return None
+        else:
+            self._catch_up(conn, layer, user, copy)
+        copy.stamp = now
+        return copy
+
+    def _load(self, conn: apsw.Connection, layer: str, user: str, epoch: str | None,
+              now: tuple[int, int]) -> VectorCopy | None:
+        table, _, _ = LAYERS[layer]
+        count = conn.execute(f'select count(*) from "{table}" where "user" = ?', (user,)).fetchone()[0]
+        dim = int(store.get_meta(conn, "embedder_dim") or 0)
+        if count < self.vector_copy_min or not dim or count * dim * 4 > self.vector_copy_bytes:
+            self.small[(layer, user)] = now
+            return None
+        copy = VectorCopy(ids=np.empty(0, np.int64), matrix=np.empty((0, dim), np.float32), n=0,
+                          active=np.empty(0, bool) if layer == "atoms" else None, epoch=epoch, stamp=now)
+        self._catch_up(conn, layer, user, copy)
+        self.copies[(layer, user)] = copy
+        self._evict()
+        return copy
+
+    def _catch_up(self, conn: apsw.Connection, layer: str, user: str, copy: VectorCopy) -> None:
+        table, vec_table, key = LAYERS[layer]
+        after = int(copy.ids[copy.n - 1]) if copy.n else 0
+        # The rowid range first ("+" keeps SQLite off the user index, which would walk all of
+        # the user's rows), then one vec0 point lookup per new row.
+        rows = conn.execute(
+            f'select t."id", v."embedding" from "{table}" t join "{vec_table}" v on v."{key}" = t."id" '
+            f'where t."id" > ? and +t."user" = ? order by t."id"',
+            (after, user),
+        ).fetchall()
+        if rows:
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            copy.append(ids, vectors / np.where(norms > 0, norms, 1.0))
+        if copy.active is not None:
+            superseded = [r[0] for r in conn.execute(
+                'select "id" from "atoms" where "user" = ? and "status" = ? order by "id"', (user, SUPERSEDED))]
+            copy.mark_superseded(np.array(superseded, dtype=np.int64))
+
+    def _evict(self) -> None:
+        while sum(c.nbytes for c in self.copies.values()) > self.vector_copy_bytes and len(self.copies) > 1:
+            self.copies.popitem(last=False)
+
+    # ------------------------------------------------------------ term counts
+
+    def document_frequencies(self, conn: apsw.Connection, layer: str, terms: list[str]) -> list[int]:
+        """How many rows of the layer's FTS table (all users) hold each term.
+
+        Counts are kept until the table has grown by a tenth: they decide which terms are too
+        common to be worth scoring, which a few new rows do not change."""
+        table, fts = LAYERS[layer][0], f"{layer}_fts"
+        size = conn.execute(f'select coalesce(max("id"), 0) from "{table}"').fetchone()[0]
+        held = self.frequencies_size.get(layer)
+        if held is None or size > held * 1.1 or size < held:
+            self.frequencies = {k: v for k, v in self.frequencies.items() if k[0] != layer}
+            self.frequencies_size[layer] = size
+        out = []
+        for term in terms:
+            if (layer, term) not in self.frequencies:
+                self.frequencies[(layer, term)] = conn.execute(
+                    f'select count(*) from "{fts}" where "{fts}" match ?', (text.quote(term),)
+                ).fetchone()[0]
+            out.append(self.frequencies[(layer, term)])
+        return out

@@ -1,0 +1,189 @@
+"""The in-process search cache (cache.py): vector copies that stay exact while the file changes
+under them, and the pruning of common query terms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import memdb
+from memdb import cache, search, store
+
+DIM = 64  # the HashEmbedder's
+
+
+@pytest.fixture
+def copied(db_path, embedder):
+    """A Memory that copies every user's vectors into memory (no minimum size)."""
+    with memdb.open(db_path, embedder=embedder, extract="defer",
+                    settings=memdb.Settings(vector_copy_min=1)) as m:
+        yield m
+
+
+def unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def insert(mem, vectors: np.ndarray, user: str = "alice") -> list[int]:
+    with store.write(mem.conn):
+        return [store.insert_atom(mem.conn, user=user, record={"kind": "fact", "subject": "s", "predicate": "is",
+                                                               "object": f"thing{i}"},
+                                  confidence=0.8, turn_ids=[], first_seen="2026-01-01T00:00:00",
+                                  last_seen="2026-01-01T00:00:00", vector=v)
+                for i, v in enumerate(vectors)]
+
+
+def knn(mem, query: np.ndarray, k: int, user: str = "alice") -> list[tuple[int, float]]:
+    return [(i, 1.0 - d) for i, d in mem.conn.execute(
+        "select atom_id, distance from atoms_vec where embedding match ? and k = ? and user = ? and active = 1",
+        (store.as_blob(query), k, user))]
+
+
+def test_copy_ranks_exactly_like_vec0(copied):
+    rng = np.random.default_rng(1)
+    insert(copied, unit(rng, 300))
+    insert(copied, unit(rng, 50), user="bob")
+    for query in unit(rng, 20):
+        expected = knn(copied, query, 25)
+        actual = copied.cache.top_k(copied.conn, "atoms", "alice", query, 25)
+        assert [i for i, _ in expected] == [i for i, _ in actual]
+        assert np.allclose([s for _, s in expected], [s for _, s in actual], atol=1e-5)
+
+
+def test_search_with_the_copy_returns_what_search_without_it_returns(copied):
+    turns = copied.add([{"content": c} for c in (
+        "We use PostgreSQL for everything.", "I love science fiction films.", "Never touch the auth module.",
+        "我喜欢喝美式咖啡。", "We shipped v2 last Wednesday.")], user="alice")
+    rng = np.random.default_rng(2)
+    insert(copied, unit(rng, 40))
+    for query in ("which database", "science fiction", "咖啡", "auth module", "shipped"):
+        vector = copied._query_vector(query, "alice", None)
+        for layer in search.LAYERS:
+            args = dict(user="alice", k=10, layer=layer, settings=copied.settings, query_vector=vector)
+            with_copy = search.search(copied.conn, query, cache=copied.cache, **args)
+            without = search.search(copied.conn, query, **args)
+            assert [(h.layer, h.id) for h in without] == [(h.layer, h.id) for h in with_copy]
+    assert {("atoms", "alice"), ("turns", "alice")} == set(copied.cache.copies)
+    assert len(turns) == copied.cache.copies[("turns", "alice")].n
+
+
+def test_copy_sees_rows_written_by_this_and_by_another_connection(copied, db_path, embedder):
+    rng = np.random.default_rng(3)
+    insert(copied, unit(rng, 20))
+    copied.cache.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 5)  # loads the copy
+    mine = unit(rng, 1)
+    [mine_id] = insert(copied, mine)
+    assert mine_id == copied.cache.top_k(copied.conn, "atoms", "alice", mine[0], 1)[0][0]
+    with memdb.open(db_path, embedder=embedder, extract="defer") as other:
+        theirs = unit(rng, 1)
+        [theirs_id] = insert(other, theirs)
+    assert theirs_id == copied.cache.top_k(copied.conn, "atoms", "alice", theirs[0], 1)[0][0]
+    assert 22 == copied.cache.copies[("atoms", "alice")].n
+
+
+def test_copy_forgets_deleted_rows_and_skips_superseded_ones(copied):
+    rng = np.random.default_rng(4)
+    vectors = unit(rng, 10)
+    ids = insert(copied, vectors)
+    copied.cache.top_k(copied.conn, "atoms", "alice", vectors[0], 3)
+    copied.forget(atom_id=ids[0])
+    assert ids[0] not in [i for i, _ in copied.cache.top_k(copied.conn, "atoms", "alice", vectors[0], 10)]
+    with store.write(copied.conn):
+        store.set_atom_status(copied.conn, ids[1], "superseded")
+    active = copied.cache.top_k(copied.conn, "atoms", "alice", vectors[1], 10)
+    every = copied.cache.top_k(copied.conn, "atoms", "alice", vectors[1], 10, active_only=False)
+    assert ids[1] not in [i for i, _ in active] and 8 == len(active)
+    assert ids[1] == every[0][0] and 9 == len(every)
+
+
+class Abort(Exception):
+    pass
+
+
+def test_a_rolled_back_write_leaves_nothing_in_the_copy(copied):
+    rng = np.random.default_rng(5)
+    insert(copied, unit(rng, 10))
+    copied.cache.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
+    phantom, real = unit(rng, 2)
+    with pytest.raises(Abort), store.write(copied.conn):
+        [phantom_id] = insert(copied, phantom[None])
+        assert copied.cache.top_k(copied.conn, "atoms", "alice", phantom, 1) is None  # vec0 answers
+        raise Abort
+    [real_id] = insert(copied, real[None])
+    assert phantom_id == real_id  # SQLite reuses the id; the copy must hold the real vector
+    assert [real_id] == [i for i, _ in copied.cache.top_k(copied.conn, "atoms", "alice", real, 1)]
+    assert pytest.approx(1.0, abs=1e-5) == copied.cache.top_k(copied.conn, "atoms", "alice", real, 1)[0][1]
+
+
+def test_a_reembedded_file_reloads_the_copy(copied):
+    rng = np.random.default_rng(6)
+    insert(copied, unit(rng, 5))
+    copied.cache.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
+    copied.reembed(copied.embedder)
+    line_vector = copied.embedder.embed(["s is thing3"])[0]
+    assert knn(copied, line_vector, 1)[0][0] == copied.cache.top_k(copied.conn, "atoms", "alice", line_vector, 1)[0][0]
+
+
+def test_small_users_and_budgets_leave_the_search_to_vec0(db_path, embedder):
+    rng = np.random.default_rng(7)
+    for settings in (memdb.Settings(vector_copy_min=50), memdb.Settings(vector_copy_min=1, vector_copy_mb=0.001)):
+        with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as mem:
+            insert(mem, unit(rng, 20))
+            assert mem.cache.top_k(mem.conn, "atoms", "alice", unit(rng, 1)[0], 3) is None
+            assert {} == dict(mem.cache.copies)
+
+
+def test_the_copy_holds_to_its_memory_budget(db_path, embedder):
+    rng = np.random.default_rng(8)
+    # each copy: 20 rows x 64 dims x 4 bytes = 5 kB (+ ids); the budget fits one
+    with memdb.open(db_path, embedder=embedder, extract="defer",
+                    settings=memdb.Settings(vector_copy_min=1, vector_copy_mb=0.008)) as mem:
+        insert(mem, unit(rng, 20), user="alice")
+        insert(mem, unit(rng, 20), user="bob")
+        mem.cache.top_k(mem.conn, "atoms", "alice", unit(rng, 1)[0], 3)
+        mem.cache.top_k(mem.conn, "atoms", "bob", unit(rng, 1)[0], 3)
+        assert [("atoms", "bob")] == list(mem.cache.copies)
+
+
+def test_mark_superseded_flags_only_ids_the_copy_holds():
+    copy = cache.VectorCopy(ids=np.array([1, 3, 5, 7]), matrix=np.eye(4, dtype=np.float32), n=4,
+                            active=np.ones(4, bool), epoch=None, stamp=(0, 0))
+    copy.mark_superseded(np.array([0, 3, 4, 7, 9]))
+    assert [True, False, True, False] == copy.active.tolist()
+    copy.mark_superseded(np.array([], dtype=np.int64))
+    assert [True] * 4 == copy.active.tolist()
+
+
+# ---------------------------------------------------------------- common query terms
+
+
+def test_the_commonest_terms_go_once_the_budget_is_spent(copied):
+    copied.add([{"content": f"coffee with Ana number {i}"} for i in range(30)]
+               + [{"content": "coffee in Lisbon"}], user="alice")
+    match = search.match_expression(copied.conn, "turns", "alice", "Ana coffee Lisbon", cache=copied.cache, postings=10)
+    assert '"lisbon"' == match  # the only user: no scope; ana (30) and coffee (31) cost too much
+    assert [31, 30, 1] == copied.cache.document_frequencies(copied.conn, "turns", ["coffee", "ana", "lisbon"])
+    full = search.match_expression(copied.conn, "turns", "alice", "Ana coffee Lisbon", cache=copied.cache, postings=0)
+    assert '"ana" OR "coffee" OR "lisbon"' == full
+
+
+def test_a_term_counted_before_it_was_said_is_still_searched(copied):
+    copied.add([{"content": f"coffee number {i}"} for i in range(30)], user="alice")
+    settings = memdb.Settings(vector_copy_min=1, keyword_postings=5)
+    assert [] == search.search(copied.conn, "biscuit coffee", user="alice", k=5, layer="turns",
+                               settings=settings, query_vector=None, cache=copied.cache)
+    [turn] = copied.add([{"content": "We adopted a dog named Biscuit"}], user="alice")
+    hits = search.search(copied.conn, "biscuit coffee", user="alice", k=5, layer="turns",
+                         settings=settings, query_vector=None, cache=copied.cache)
+    assert [turn] == [h.id for h in hits]
+
+
+def test_the_user_scope_stays_when_the_file_holds_other_users(copied):
+    copied.add([{"content": "coffee"}], user="alice")
+    assert '"coffee"' == search.match_expression(copied.conn, "turns", "alice", "coffee")
+    copied.add([{"content": "coffee"}], user="bob")
+    scoped = search.match_expression(copied.conn, "turns", "alice", "coffee")
+    assert scoped.startswith(f'u : "{store.user_tag("alice")}" AND')
+    assert ["alice"] == [t["user"] for t in copied.turns(
+        [h.id for h in copied.search("coffee", user="alice", layer="turns")])]
