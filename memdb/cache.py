@@ -6,8 +6,7 @@ Two things are slow to ask SQLite on every query once a user holds ~100k atoms:
   SIMD in the PyPI wheel: 84 ms at 100k atoms on the 2-core bench machine, 6x numpy's brute
   force over the same vectors (bench/scale.py). A user with at least `vector_copy_min` vectors
   gets a float32 copy in memory, ranked by one matrix-vector product. vec0 stays the store of
-  record and answers for small users, inside transactions, and when the copy would not fit in
-  `vector_copy_mb`.
+  record and answers for small users and when the copy would not fit in `vector_copy_mb`.
 - Document frequencies. FTS5's bm25 first counts every posting of every query term, so the
   commonest terms cost the most and weigh the least; search.py drops the commonest terms beyond
   a postings budget, using the counts cached here.
@@ -17,7 +16,8 @@ committed) nor the connection's total_changes (it wrote) moved, it is exact. Oth
 brought up to date from the committed file: ids are assigned in increasing order, so new rows
 are those above the copy's highest id; the superseded flags are read again; and the file's
 'vectors_epoch' (bumped by store.py whenever vectors are deleted or rebuilt) forces a reload.
-Copies are only changed outside transactions, so a rolled-back write never leaves a row behind.
+Copies are only changed outside transactions, so a rolled-back write never leaves a row
+behind; inside one (deduplication during extraction) the rows written since are read beside it.
 """
 
 from __future__ import annotations
@@ -48,14 +48,22 @@ class VectorCopy:
 
     ids: np.ndarray  # int64, capacity rows; the first n are used
     matrix: np.ndarray  # float32 (capacity, dim)
-    n: int
-    active: np.ndarray | None  # atoms: False where superseded
-    epoch: str | None
-    stamp: tuple[int, int]
+    n: int = 0
+    active: np.ndarray | None = None  # atoms: False at superseded rows
+    epoch: str | None = None
+    stamp: tuple[int, int] = (0, 0)
+
+    @classmethod
+    def empty(cls, dim: int, **fields: Any) -> VectorCopy:
+        return cls(ids=np.empty(0, np.int64), matrix=np.empty((0, dim), np.float32), **fields)
 
     @property
     def nbytes(self) -> int:
         return self.matrix.nbytes + self.ids.nbytes
+
+    @property
+    def last_id(self) -> int:
+        return int(self.ids[self.n - 1]) if self.n else 0
 
     def append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         need = self.n + len(ids)
@@ -63,32 +71,26 @@ class VectorCopy:
             capacity = max(need, 2 * len(self.ids))
             self.ids = _grown(self.ids, capacity)
             self.matrix = _grown(self.matrix, capacity)
-            if self.active is not None:
-                self.active = _grown(self.active, capacity)
         self.ids[self.n : need] = ids
         self.matrix[self.n : need] = vectors
-        if self.active is not None:
-            self.active[self.n : need] = True
         self.n = need
 
-    def mark_superseded(self, superseded: np.ndarray) -> None:
-        """Flag exactly the rows whose ids are in superseded (sorted) as inactive."""
+    def without(self, superseded: np.ndarray) -> np.ndarray:
+        """Active flags for the rows: True except where the id is in superseded (sorted)."""
+        active = np.ones(len(self.ids), bool)
         ids = self.ids[: self.n]
-        self.active[: self.n] = True
         at = np.searchsorted(ids, superseded)
         inside = at < self.n
         at, superseded = at[inside], superseded[inside]
-        self.active[at[ids[at] == superseded]] = False
+        active[at[ids[at] == superseded]] = False
+        return active
 
-    def top_k(self, query: np.ndarray, k: int, active_only: bool) -> list[tuple[int, float]]:
-        """(id, cosine) of the k nearest vectors, best first."""
+    def top_k(self, query: np.ndarray, k: int, active: np.ndarray | None) -> list[tuple[int, float]]:
+        """(id, cosine) of the k nearest vectors (only active ones, given flags), best first."""
         scores = self.matrix[: self.n] @ query
-        if active_only and self.active is not None:
-            scores[~self.active[: self.n]] = -np.inf
-        if k < self.n:
-            top = np.argpartition(-scores, k)[:k]
-        else:
-            top = np.arange(self.n)
+        if active is not None:
+            scores[~active[: self.n]] = -np.inf
+        top = np.argpartition(-scores, k)[:k] if k < self.n else np.arange(self.n)
         top = top[np.argsort(-scores[top], kind="stable")]
         return [(int(self.ids[i]), float(scores[i])) for i in top if scores[i] != -np.inf]
 
@@ -118,25 +120,38 @@ class SearchCache:
     def top_k(self, conn: apsw.Connection, layer: str, user: str, query: np.ndarray, k: int,
               *, active_only: bool = True) -> list[tuple[int, float]] | None:
         """The k nearest of user's vectors in layer as (id, cosine), or None when vec0 should
-        answer instead (a small user, a copy too big for the budget, an open transaction)."""
-        copy = self._current(conn, layer, user)
-        if copy is None:
+        answer instead (a small user, a copy too big for the budget)."""
+        parts = self._parts(conn, layer, user)
+        if parts is None:
             return None
         query = np.asarray(query, dtype=np.float32)
         query = query / (np.linalg.norm(query) or 1.0)
         with self.blas_limit():
-            return copy.top_k(query, k, active_only)
+            ranked = [hit for copy, active in parts for hit in copy.top_k(query, k, active if active_only else None)]
+        return sorted(ranked, key=lambda hit: -hit[1])[:k] if len(parts) > 1 else ranked
 
-    def _current(self, conn: apsw.Connection, layer: str, user: str) -> VectorCopy | None:
+    def _parts(self, conn: apsw.Connection, layer: str, user: str) -> list[tuple[VectorCopy, np.ndarray | None]] | None:
+        """The copies to rank with their active flags: the user's copy brought up to date, or
+        inside a transaction, the copy as it was plus the rows written since."""
         key = (layer, user)
         now = stamp(conn)
         copy = self.copies.get(key)
         if copy is not None and copy.stamp == now:
             self.copies.move_to_end(key)
-            return copy
-        if self.small.get(key) == now or not conn.getautocommit() or not store.has_vectors(conn):
+            return [(copy, copy.active)]
+        if self.small.get(key) == now or not store.has_vectors(conn):
             return None
         epoch = store.get_meta(conn, "vectors_epoch")
+        if not conn.getautocommit():
+            # The transaction's writes may yet roll back (and their ids be reused): read them
+            # beside the copy, never into it.
+            if copy is None or copy.epoch != epoch:
+                return None
+            since = VectorCopy.empty(copy.matrix.shape[1])
+            self._read_rows(conn, layer, user, since, after=copy.last_id)
+            superseded = self._superseded(conn, layer, user)
+            return [(copy, copy.without(superseded) if copy.active is not None else None),
+                    (since, since.without(superseded) if copy.active is not None else None)]
         if copy is None or copy.epoch != epoch:
             self.copies.pop(key, None)
             copy = self._load(conn, layer, user, epoch, now)
@@ -145,7 +160,7 @@ class SearchCache:
         else:
             self._catch_up(conn, layer, user, copy)
         copy.stamp = now
-        return copy
+        return [(copy, copy.active)]
 
     def _load(self, conn: apsw.Connection, layer: str, user: str, epoch: str | None,
               now: tuple[int, int]) -> VectorCopy | None:
@@ -155,32 +170,41 @@ class SearchCache:
         if count < self.vector_copy_min or not dim or count * dim * 4 > self.vector_copy_bytes:
             self.small[(layer, user)] = now
             return None
-        copy = VectorCopy(ids=np.empty(0, np.int64), matrix=np.empty((0, dim), np.float32), n=0,
-                          active=np.empty(0, bool) if layer == "atoms" else None, epoch=epoch, stamp=now)
+        copy = VectorCopy.empty(dim, epoch=epoch, stamp=now)
         self._catch_up(conn, layer, user, copy)
         self.copies[(layer, user)] = copy
         self._evict()
         return copy
 
     def _catch_up(self, conn: apsw.Connection, layer: str, user: str, copy: VectorCopy) -> None:
+        self._read_rows(conn, layer, user, copy, after=copy.last_id)
+        if layer == "atoms":
+            copy.active = copy.without(self._superseded(conn, layer, user))
+
+    @staticmethod
+    def _read_rows(conn: apsw.Connection, layer: str, user: str, into: VectorCopy, after: int) -> None:
         table, vec_table, key = LAYERS[layer]
-        after = int(copy.ids[copy.n - 1]) if copy.n else 0
-        # The rowid range first ("+" keeps SQLite off the user index, which would walk all of
-        # the user's rows), then one vec0 point lookup per new row.
+        # A first load walks the user's index; a catch-up walks the ids above the copy's last
+        # ("+" keeps SQLite off the user index, which would visit every row the user has).
+        where = 't."user" = ?' if after == 0 else 't."id" > ? and +t."user" = ?'
         rows = conn.execute(
             f'select t."id", v."embedding" from "{table}" t join "{vec_table}" v on v."{key}" = t."id" '
-            f'where t."id" > ? and +t."user" = ? order by t."id"',
-            (after, user),
+            f'where {where} order by t."id"',
+            (user,) if after == 0 else (after, user),
         ).fetchall()
         if rows:
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            copy.append(ids, vectors / np.where(norms > 0, norms, 1.0))
-        if copy.active is not None:
-            superseded = [r[0] for r in conn.execute(
-                'select "id" from "atoms" where "user" = ? and "status" = ? order by "id"', (user, SUPERSEDED))]
-            copy.mark_superseded(np.array(superseded, dtype=np.int64))
+            into.append(ids, vectors / np.where(norms > 0, norms, 1.0))
+
+    @staticmethod
+    def _superseded(conn: apsw.Connection, layer: str, user: str) -> np.ndarray:
+        if layer != "atoms":
+            return np.empty(0, np.int64)
+        rows = conn.execute('select "id" from "atoms" where "user" = ? and "status" = ? order by "id"',
+                            (user, SUPERSEDED)).fetchall()
+        return np.array([r[0] for r in rows], dtype=np.int64)
 
     def _evict(self) -> None:
         while sum(c.nbytes for c in self.copies.values()) > self.vector_copy_bytes and len(self.copies) > 1:

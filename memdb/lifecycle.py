@@ -29,6 +29,8 @@ import apsw
 import numpy as np
 
 from . import codec, store, text
+from .cache import SearchCache
+from .search import match_expression
 from .settings import Settings
 
 log = logging.getLogger("memdb")
@@ -93,6 +95,7 @@ def absorb(
     ts: str,
     vector: np.ndarray | None,
     settings: Settings,
+    cache: SearchCache | None = None,
 ) -> tuple[str, int]:
     """Store one extracted atom for user, deduplicated against what the user holds.
 
@@ -101,7 +104,7 @@ def absorb(
     a newer one already held) or "conflicting" (new atom; both marked conflicting).
     """
     record = codec.validate(record)
-    held = candidates(conn, user, record, vector, settings)
+    held = candidates(conn, user, record, vector, settings, cache)
     judged = [(h, relation(record, h.record, h.similarity, settings, keyword_only=vector is None)) for h in held]
     duplicates = sorted((h for h, r in judged if r == "duplicate"), key=lambda h: -h.similarity)
     if duplicates:
@@ -146,27 +149,36 @@ with recursive chain("id") as (
 
 
 def candidates(
-    conn: apsw.Connection, user: str, record: dict, vector: np.ndarray | None, settings: Settings
+    conn: apsw.Connection, user: str, record: dict, vector: np.ndarray | None, settings: Settings,
+    cache: SearchCache | None = None,
 ) -> list[Held]:
-    """The user's active atoms nearest to record: a vector KNN plus an FTS match, merged."""
+    """The user's active atoms nearest to record: a vector KNN plus an FTS match, merged.
+    A cache makes both fast for large users, as it does for search (cache.py)."""
     line = codec.canonical_text(record)
     ids: dict[int, float | None] = {}
     if vector is not None and store.has_vectors(conn):
-        for atom_id, distance in conn.execute(
-            "select atom_id, distance from atoms_vec where embedding match ? and k = ? "
-            "and user = ? and active = 1",
-            (store.as_blob(vector), settings.dedup_candidates, user),
-        ):
-            ids[atom_id] = 1.0 - distance
-    terms = text.fts_query(line)
-    if terms:
+        for atom_id, sim in _nearest(conn, user, vector, settings.dedup_candidates, cache):
+            ids[atom_id] = sim
+    match = match_expression(conn, "atoms", user, line, cache=cache, postings=settings.keyword_postings)
+    if match:
         for (atom_id,) in conn.execute(
             'select f."rowid" from "atoms_fts" f join "atoms" a on a."id" = f."rowid" '
             'where "atoms_fts" match ? and a."status" != 1 order by f."rank" limit ?',
-            (f'u : "{store.user_tag(user)}" AND ({terms})', settings.dedup_candidates),
+            (match, settings.dedup_candidates),
         ):
             ids.setdefault(atom_id, None)
     return [_held(conn, atom_id, sim, line, vector) for atom_id, sim in ids.items()]
+
+
+def _nearest(conn: apsw.Connection, user: str, vector: np.ndarray, k: int,
+             cache: SearchCache | None) -> list[tuple[int, float]]:
+    ranked = cache.top_k(conn, "atoms", user, vector, k) if cache is not None else None
+    if ranked is not None:
+        return ranked
+    return [(atom_id, 1.0 - distance) for atom_id, distance in conn.execute(
+        "select atom_id, distance from atoms_vec where embedding match ? and k = ? and user = ? and active = 1",
+        (store.as_blob(vector), k, user),
+    )]
 
 
 def _held(conn: apsw.Connection, atom_id: int, sim: float | None, line: str, vector: np.ndarray | None) -> Held:

@@ -108,7 +108,7 @@ def _write(mem: "Memory", turns, candidates, outcomes, counts: dict[str, int]) -
             action, _ = lifecycle.absorb(
                 mem.conn, user=turns[0].user, record=cand.record, confidence=cand.confidence,
                 turn_ids=cand.turn_ids, ts=ts, vector=None if vectors is None else vectors[i],
-                settings=mem.settings,
+                settings=mem.settings, cache=mem.cache,
             )
             counts[action] = counts.get(action, 0) + 1
         for turn in turns:

@@ -31,6 +31,7 @@ FUSIONS = ("weighted", "rrf")
 # less than the atom's own fields. Chosen on the LoCoMo dev split (bench/locomo_retrieval.py).
 ATOM_WEIGHTS = (0.0, 2.0, 2.0, 1.0, 0.3, 1.5)
 TURN_WEIGHTS = (0.0, 0.5, 1.0)
+MAX_QUERY_TERMS = 32  # a pasted page must not become a 1,000-term OR
 
 
 @dataclass
@@ -90,7 +91,7 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     is always kept. The user scope is left out when user is the only one in the table, where
     it would only add a pass over all of their rows.
     """
-    terms = [t for t in text.terms(query)[:text.MAX_QUERY_TERMS] if text.quote(t)]
+    terms = [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
     if cache is not None and postings and len(terms) > 1:
         terms = _affordable(terms, cache.document_frequencies(conn, layer, terms), postings)
     if not terms:

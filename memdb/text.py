@@ -67,22 +67,11 @@ def terms(text: str) -> list[str]:
     return list(seen)
 
 
-MAX_QUERY_TERMS = 32
-
-
-def fts_query(text: str, max_terms: int = MAX_QUERY_TERMS) -> str | None:
-    """A safe FTS5 MATCH expression for free text: content terms, each quoted, joined by OR.
+def quote(term: str) -> str:
+    """term as one FTS5 phrase: double-quoted, inner quotes doubled, unprintables dropped.
 
     Quoting makes every operator character (quotes, *, :, NEAR, parentheses) literal, so no
-    user text can raise an FTS syntax error. None when nothing searchable is left.
-    """
-    quoted = [quote(t) for t in terms(text)[:max_terms]]
-    quoted = [q for q in quoted if q]
-    return " OR ".join(quoted) if quoted else None
-
-
-def quote(term: str) -> str:
-    """term as one FTS5 phrase: double-quoted, inner quotes doubled, unprintables dropped."""
+    user text can raise an FTS syntax error. "" when nothing printable is left."""
     term = "".join(ch for ch in term if ch.isprintable())
     return '"' + term.replace('"', '""') + '"' if term else ""
 

@@ -108,12 +108,28 @@ def test_a_rolled_back_write_leaves_nothing_in_the_copy(copied):
     phantom, real = unit(rng, 2)
     with pytest.raises(Abort), store.write(copied.conn):
         [phantom_id] = insert(copied, phantom[None])
-        assert copied.cache.top_k(copied.conn, "atoms", "alice", phantom, 1) is None  # vec0 answers
+        # seen inside the transaction, beside the copy
+        assert [phantom_id] == [i for i, _ in copied.cache.top_k(copied.conn, "atoms", "alice", phantom, 1)]
+        assert 10 == copied.cache.copies[("atoms", "alice")].n
         raise Abort
     [real_id] = insert(copied, real[None])
     assert phantom_id == real_id  # SQLite reuses the id; the copy must hold the real vector
     assert [real_id] == [i for i, _ in copied.cache.top_k(copied.conn, "atoms", "alice", real, 1)]
     assert pytest.approx(1.0, abs=1e-5) == copied.cache.top_k(copied.conn, "atoms", "alice", real, 1)[0][1]
+
+
+def test_inside_a_transaction_the_copy_and_the_rows_since_rank_like_vec0(copied):
+    rng = np.random.default_rng(9)
+    old = insert(copied, unit(rng, 100))
+    copied.cache.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
+    with store.write(copied.conn):
+        insert(copied, unit(rng, 30))
+        store.set_atom_status(copied.conn, old[0], "superseded")
+        for query in unit(rng, 10):
+            expected = knn(copied, query, 20)
+            actual = copied.cache.top_k(copied.conn, "atoms", "alice", query, 20)
+            assert [i for i, _ in expected] == [i for i, _ in actual]
+    assert 100 == copied.cache.copies[("atoms", "alice")].n  # not grown until the commit is read
 
 
 def test_a_reembedded_file_reloads_the_copy(copied):
@@ -146,13 +162,10 @@ def test_the_copy_holds_to_its_memory_budget(db_path, embedder):
         assert [("atoms", "bob")] == list(mem.cache.copies)
 
 
-def test_mark_superseded_flags_only_ids_the_copy_holds():
-    copy = cache.VectorCopy(ids=np.array([1, 3, 5, 7]), matrix=np.eye(4, dtype=np.float32), n=4,
-                            active=np.ones(4, bool), epoch=None, stamp=(0, 0))
-    copy.mark_superseded(np.array([0, 3, 4, 7, 9]))
-    assert [True, False, True, False] == copy.active.tolist()
-    copy.mark_superseded(np.array([], dtype=np.int64))
-    assert [True] * 4 == copy.active.tolist()
+def test_without_flags_only_ids_the_copy_holds():
+    copy = cache.VectorCopy(ids=np.array([1, 3, 5, 7]), matrix=np.eye(4, dtype=np.float32), n=4)
+    assert [True, False, True, False] == copy.without(np.array([0, 3, 4, 7, 9])).tolist()
+    assert [True] * 4 == copy.without(np.array([], dtype=np.int64)).tolist()
 
 
 # ---------------------------------------------------------------- common query terms
