@@ -85,14 +85,13 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     searchable term is left.
 
     Every term is quoted, so no operator in user text takes effect. Given a cache and a
-    postings budget, the commonest terms are dropped once the kept ones reach the budget:
-    bm25 counts every posting of every term before it scores anything, and a term in a fifth
-    of all rows weighs little (idf ~1.4, a rare name ~7) but costs the most. The rarest term
-    is always kept. The user scope is left out when user is the only one in the table, where
-    it would only add a pass over all of their rows.
+    postings budget, only the rarest terms whose postings fit in the budget are kept: bm25
+    counts and scores every posting of every term, and a term in a fifth of all rows weighs
+    little (idf ~1.4, a rare name ~7) but costs the most. The user scope is left out when
+    user is the only one in the table, where it would only add a pass over all their rows.
     """
     terms = [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
-    if cache is not None and postings and len(terms) > 1:
+    if cache is not None and postings and terms:
         terms = _affordable(terms, cache.document_frequencies(conn, layer, terms), postings)
     if not terms:
         return None
@@ -103,14 +102,13 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
 
 
 def _affordable(terms: list[str], counts: list[int], postings: int) -> list[str]:
-    # Rarest first. Counts may be a little stale (cache.py); a stale count only moves a term
-    # that is common anyway, and a term counted 0 is kept (new rows may hold it).
-    ranked = sorted(zip(counts, terms))
-    kept, spent = [], 0
-    for count, term in ranked:
-        if kept and spent + count > postings:
+    # Rarest first, while their postings fit. Counts may be a little stale (cache.py): that
+    # only moves terms that are common anyway, and a term counted 0 always fits.
+    kept, spent = set(), 0
+    for count, term in sorted(zip(counts, terms)):
+        if spent + count > postings:
             break
-        kept.append(term)
+        kept.add(term)
         spent += count
     return [t for t in terms if t in kept]
 

@@ -60,5 +60,5 @@ class Settings:
     # in memory, loaded on their first search (~14 us per vector), up to vector_copy_mb in
     # all (0 disables it).
     keyword_postings: int = 20_000
-    vector_copy_min: int = 5_000
+    vector_copy_min: int = 2_000
     vector_copy_mb: float = 1024.0
