@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import synth  # noqa: E402
 from memdb import lifecycle, search, store  # noqa: E402
+from memdb.cache import SearchCache  # noqa: E402
 from memdb.settings import Settings  # noqa: E402
 
 CONFIGS = {  # name: (total atoms, users)
@@ -109,7 +110,8 @@ def sidecar(db: Path) -> Path:
 # ---------------------------------------------------------------- measure (child process)
 
 
-def bound_statement(conn, query: str, qvec: np.ndarray, user: str, layer: str, settings: Settings) -> tuple[str, dict]:
+def bound_statement(conn, query: str, qvec: np.ndarray, user: str, layer: str, settings: Settings,
+                    cache: SearchCache | None) -> tuple[str, dict]:
     """The fusion statement and parameters search.search binds for this query, captured by
     running it once through a spy connection (so this bench never drifts from search.py)."""
     seen: dict = {}
@@ -123,18 +125,51 @@ def bound_statement(conn, query: str, qvec: np.ndarray, user: str, layer: str, s
         def __getattr__(self, name):
             return getattr(conn, name)
 
-    search.search(Spy(), query, user=user, k=K, layer=layer, settings=settings, query_vector=qvec)
+    search.search(Spy(), query, user=user, k=K, layer=layer, settings=settings, query_vector=qvec, cache=cache)
     return seen["sql"], seen["params"]
 
 
-def stage_sql(layer: str) -> dict[str, list[str]]:
-    """The CTEs of the fusion statement run on their own: keyword side(s) and KNN(s)."""
-    kw = [search._keyword_cte("atoms_fts", search.ATOM_WEIGHTS, True)]
-    vec = [search._vector_cte("atoms_vec", "atom_id", True, " and active = 1")]
-    if layer == "both":
-        kw.append(search._keyword_cte("turns_fts", search.TURN_WEIGHTS, True))
-        vec.append(search._vector_cte("turns_vec", "turn_id", True))
-    return {"keyword": kw, "vector": vec}
+SIDES = {"atoms": ("atom", "atoms_fts", search.ATOM_WEIGHTS, "atoms_vec", "atom_id", " and active = 1"),
+         "turns": ("turn", "turns_fts", search.TURN_WEIGHTS, "turns_vec", "turn_id", "")}
+
+
+def stage_times(conn, cache: SearchCache, params: dict, layer: str, user: str, qvec: np.ndarray,
+                pool: int) -> tuple[float, float, list[int]]:
+    """The keyword and vector sides of the bound statement run on their own, as search ran
+    them: the (pruned) MATCH through bm25, and the vectors through the in-memory copy when
+    search used it, else vec0's KNN. Returns both times and the atoms' vector top ids."""
+    t_kw = t_vec = 0.0
+    top: list[int] = []
+    for name in [n for n in ("atoms", "turns") if layer in (n, "both")]:
+        side, fts, weights, vec_table, key, active = SIDES[name]
+        if f"{side}_match" in params:
+            t_kw += timed(lambda: conn.execute(search._keyword_cte(fts, weights, f"{side}_match"), params).fetchall())[0]
+        if f"{side}_vector_hits" in params:
+            t, rows = timed(lambda: cache.top_k(conn, name, user, qvec, pool))
+        else:
+            t, rows = timed(lambda: conn.execute(search._vector_cte(vec_table, key, "knn", active), params).fetchall())
+        t_vec += t
+        if name == "atoms":
+            top = [r[0] for r in rows]
+    return t_kw, t_vec, top
+
+
+STAGES = ("keyword", "vector", "statement", "search", "baseline_search")
+
+
+def gold_ids(conn, q: dict) -> set[int]:
+    """The atom a synthetic query was written from, and the user's atoms with the same line."""
+    line = conn.execute('select "text" from "atoms" where "id" = ?', (q["atom_id"],)).fetchone()[0]
+    return {r[0] for r in conn.execute('select "id" from "atoms" where "user" = ? and "text" = ?', (q["user"], line))}
+
+
+def rank_of(gold: set[int], hits: list) -> int | None:
+    return next((i for i, h in enumerate(hits) if h.layer == "atom" and h.id in gold), None)
+
+
+def quality(ranks: list[int | None]) -> dict:
+    return {"queries": len(ranks), "hit_at_10": round(statistics.fmean(r is not None for r in ranks), 3),
+            "mrr": round(statistics.fmean(1 / (1 + r) if r is not None else 0 for r in ranks), 3)}
 
 
 def timed(fn) -> tuple[float, object]:
@@ -169,7 +204,7 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     from memdb import embed
 
     conn = store.connect(args.db)
-    settings = Settings()
+    settings = Settings() if args.postings is None else Settings(keyword_postings=args.postings)
     users = [r[0] for r in conn.execute('select distinct "user" from "atoms" limit 2000')]
     rng = random.Random(3)
     qusers = users if len(users) == 1 else rng.sample(users, min(len(users), args.queries))
@@ -183,30 +218,50 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     out: dict = {"queries": len(qs), "query_langs": {l: sum(q["lang"] == l for q in qs) for l in ("en", "zh")},
                  "query_embed_ms_per_query": round(1000 * t_embed / len(qs), 2)}
 
+    cache = SearchCache(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
+    pool = max(settings.candidate_pool, 3 * K)
+    # The first search of each user reads their vectors into memory (above vector_copy_min).
+    first = [timed(lambda q=q, v=v: search.search(conn, q["query"], user=q["user"], k=K, layer="both",
+                                                  settings=settings, query_vector=v, cache=cache))[0]
+             for q, v in {q["user"]: (q, v) for q, v in zip(qs, qvecs)}.values()]
+    out["first_search_ms"] = summary(first)
+    out["copies"] = {"count": len(cache.copies), "mb": round(sum(c.nbytes for c in cache.copies.values()) / 2**20, 1),
+                     "vector_copy_mb": args.copy_mb}
     # Warm the page cache and SQLite's cache the way a running agent would have it.
     for q, v in list(zip(qs, qvecs))[:min(20, max(3, len(qs) // 5))]:
-        search.search(conn, q["query"], user=q["user"], k=K, layer="both", settings=settings, query_vector=v)
+        search.search(conn, q["query"], user=q["user"], k=K, layer="both", settings=settings, query_vector=v, cache=cache)
 
+    # The baseline, in the same run: every side asked of SQLite (vec0 KNN, bm25 on all terms).
+    plain = Settings(keyword_postings=0)
     times: dict[tuple, list[float]] = {}
     knn_ids: list[list[int]] = []
-    for q, v in zip(qs, qvecs):
+    found: dict[str, list[int | None]] = {"memdb": [], "baseline": []}
+    for i, (q, v) in enumerate(zip(qs, qvecs)):
+        gold = gold_ids(conn, q)
         for layer in ("atoms", "both"):
-            sql, params = bound_statement(conn, q["query"], v, q["user"], layer, settings)
-            stages = stage_sql(layer)
-            t_kw = sum(timed(lambda s=s: conn.execute(s, params).fetchall())[0] for s in stages["keyword"]) if params["match"] else 0.0
-            t_vec = 0.0
-            for i, s in enumerate(stages["vector"]):
-                t, rows = timed(lambda s=s: conn.execute(s, params).fetchall())
-                t_vec += t
-                if layer == "atoms" and i == 0:
-                    knn_ids.append([r[0] for r in rows])
+            sql, params = bound_statement(conn, q["query"], v, q["user"], layer, settings, cache)
+            t_kw, t_vec, top = stage_times(conn, cache, params, layer, q["user"], v, pool)
+            if layer == "atoms":
+                knn_ids.append(top)
             t_stmt, _ = timed(lambda: conn.execute(sql, params).fetchall())
-            t_search, _ = timed(lambda: search.search(conn, q["query"], user=q["user"], k=K, layer=layer,
-                                                      settings=settings, query_vector=v))
-            for stage, t in (("keyword", t_kw), ("vector", t_vec), ("statement", t_stmt), ("search", t_search)):
+            t_search, hits = timed(lambda: search.search(conn, q["query"], user=q["user"], k=K, layer=layer,
+                                                         settings=settings, query_vector=v, cache=cache))
+            stages = [("keyword", t_kw), ("vector", t_vec), ("statement", t_stmt), ("search", t_search)]
+            if i < args.baseline_queries:
+                t_base, base = timed(lambda: search.search(conn, q["query"], user=q["user"], k=K, layer=layer,
+                                                           settings=plain, query_vector=v))
+                stages.append(("baseline_search", t_base))
+                if layer == "atoms":
+                    found["memdb"].append(rank_of(gold, hits))
+                    found["baseline"].append(rank_of(gold, base))
+            for stage, t in stages:
                 times.setdefault((layer, stage), []).append(t)
-    out["latency_ms"] = {layer: {stage: summary(times[(layer, stage)]) for stage in ("keyword", "vector", "statement", "search")}
+    out["latency_ms"] = {layer: {stage: summary(times[(layer, stage)]) for stage in STAGES if (layer, stage) in times}
                          for layer in ("atoms", "both")}
+    out["search_speedup_vs_baseline_p50"] = {
+        layer: round(out["latency_ms"][layer]["baseline_search"]["p50"] / out["latency_ms"][layer]["search"]["p50"], 2)
+        for layer in ("atoms", "both")}
+    out["gold_atoms"] = {name: quality(ranks) for name, ranks in found.items()}
     out["maxrss_mb_search"] = round(maxrss_mb())
 
     # The floor: the same vectors in memory, exact top-k by numpy.
@@ -216,7 +271,6 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     mats = {u: (atoms_by_user[u], turns_by_user[u]) for u in qusers}
     floor: dict[str, list[float]] = {"atoms_1t": [], "both_1t": [], "atoms_nt": [], "both_nt": []}
     recall = []
-    pool = max(settings.candidate_pool, 3 * K)
     for threads, tag in ((1, "1t"), (None, "nt")):
         with threadpool_limits(limits=threads):
             for i, (q, v) in enumerate(zip(qs, qvecs)):
@@ -235,7 +289,7 @@ def cmd_measure(args: argparse.Namespace) -> dict:
         for layer in ("atoms", "both")}
     out["maxrss_mb_with_floor"] = round(maxrss_mb())
     try:
-        out["insert"] = insert_rates(conn, qusers[0], settings, args.insert, args.absorb)
+        out["insert"] = insert_rates(conn, qusers[0], settings, args.insert, args.absorb, cache)
     except Exception as exc:  # e.g. a file built before a schema change: keep the rest
         out["insert"] = {"error": f"{type(exc).__name__}: {exc}"}
     out["size"] = sizes(conn)
@@ -252,8 +306,9 @@ class _Rollback(Exception):
     pass
 
 
-def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: int) -> dict:
-    """atoms/s on the built file, without dedup (insert_atom) and with (absorb); rolled back."""
+def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: int, cache: SearchCache) -> dict:
+    """atoms/s on the built file, without dedup (insert_atom) and with (absorb, through the
+    same cache search uses); rolled back."""
     if max(n_plain, n_absorb) <= 0:
         return {}
     pool_bases = synth.bases(synth.POOL)
@@ -279,7 +334,7 @@ def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: in
                                           first_seen=ts, last_seen=ts, vector=vector)
                     else:
                         action, _ = lifecycle.absorb(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
-                                                     ts=ts, vector=vector, settings=settings)
+                                                     ts=ts, vector=vector, settings=settings, cache=cache)
                         actions[action] = actions.get(action, 0) + 1
                 seconds = time.perf_counter() - t0  # before the rollback: commit cost is not in it
                 raise _Rollback
@@ -386,7 +441,7 @@ def quant(conn, user: str, ids: np.ndarray, mat: np.ndarray, qvecs: list[np.ndar
 
 
 def child(mode: str, **kw) -> dict:
-    cmd = [sys.executable, __file__, f"_{mode}"] + [f"--{k.replace('_', '-')}={v}" for k, v in kw.items() if v not in (None, False)]
+    cmd = [sys.executable, __file__, f"_{mode}"] + [f"--{k.replace('_', '-')}={v}" for k, v in kw.items() if v is not None and v is not False]
     cmd = [c if not c.endswith("=True") else c[:-5] for c in cmd]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -436,6 +491,12 @@ def main() -> None:
         p.add_argument("--absorb", type=int, default=300, help="atoms for the insert rate with dedup")
         p.add_argument("--quant", action="store_true", help="also measure int8/binary quantised KNN")
         p.add_argument("--quant-queries", type=int, default=100)
+        p.add_argument("--copy-mb", type=float, default=Settings().vector_copy_mb,
+                       help="memory for in-process vector copies (Settings.vector_copy_mb)")
+        p.add_argument("--postings", type=int, default=None,
+                       help="Settings.keyword_postings for this run (default: the library's)")
+        p.add_argument("--baseline-queries", type=int, default=10**9,
+                       help="queries also run without the cache (vec0 + full bm25); slow at 1M")
     parser.add_argument("--configs", default="10k,100k", help=f"comma-separated, of {', '.join(CONFIGS)}")
     parser.add_argument("--dir", type=Path, default=Path("/tmp"), help="where the files are built and kept")
     parser.add_argument("--out", type=Path, default=RESULTS / "scale.json")
@@ -457,16 +518,21 @@ def main() -> None:
         entry = {"build": json.loads(sidecar(db).read_text()) if sidecar(db).exists() else None}
         print(f"[{name}] measuring", file=sys.stderr)
         measured = child("measure", db=db, queries=args.queries, insert=args.insert, absorb=args.absorb,
-                         quant=args.quant, quant_queries=args.quant_queries)
-        entry.update({"config": {"atoms": atoms, "users": users}, **measured,
+                         quant=args.quant, quant_queries=args.quant_queries, copy_mb=args.copy_mb,
+                         baseline_queries=args.baseline_queries, postings=args.postings)
+        entry.update({"config": {"atoms": atoms, "users": users},
+                      "settings": {"keyword_postings": args.postings if args.postings is not None else Settings().keyword_postings,
+                                   "vector_copy_min": Settings().vector_copy_min, "vector_copy_mb": args.copy_mb},
+                      **measured,
                       "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                       "command": " ".join(["python", "bench/scale.py", *sys.argv[1:]]), "machine": machine()})
-        results[name] = entry
+        results[name if args.postings is None else f"{name} postings={args.postings}"] = entry
         args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False))
         lat = measured["latency_ms"]
         print(f"[{name}] atoms search p50/p95/p99 {lat['atoms']['search']['p50']:.1f}/{lat['atoms']['search']['p95']:.1f}/"
               f"{lat['atoms']['search']['p99']:.1f} ms, both {lat['both']['search']['p50']:.1f}/{lat['both']['search']['p95']:.1f}/"
-              f"{lat['both']['search']['p99']:.1f} ms; vector/floor {measured['vector_over_floor']['atoms']['p50']}x", file=sys.stderr)
+              f"{lat['both']['search']['p99']:.1f} ms; vector/floor {measured['vector_over_floor']['atoms']['p50']}x; "
+              f"speedup vs baseline {measured['search_speedup_vs_baseline_p50']}; gold {measured['gold_atoms']}", file=sys.stderr)
     plot(results, args.out.with_suffix(".png"))
 
 

@@ -342,8 +342,9 @@ ZH_DOMAINS = {"food": "吃的", "drinks": "饮料", "movies": "电影", "music":
 def queries(conn, user: str, n: int, seed: int = 2) -> list[dict]:
     """n questions about user's own atoms: varied shapes and kinds, English and Chinese."""
     rng = random.Random(seed)
-    ids = [r[0] for r in conn.execute('select "id" from "atoms" where "user" = ? order by random() limit ?', (user, n * 3))]
-    rng.shuffle(ids)
+    # Sampled in Python from the seed (SQLite's random() is not seeded): runs compare alike.
+    every = [r[0] for r in conn.execute('select "id" from "atoms" where "user" = ? order by "id"', (user,))]
+    ids = rng.sample(every, min(len(every), n * 3))
     out, seen = [], set()
     for atom_id in ids:
         record = codec.unpack(conn.execute('select "record" from "atoms" where "id" = ?', (atom_id,)).fetchone()[0])
