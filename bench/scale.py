@@ -434,6 +434,33 @@ def quant(conn, user: str, ids: np.ndarray, mat: np.ndarray, qvecs: list[np.ndar
             print(f"  quant {label}: p50 {out[label]['latency_ms']['p50']:.1f} ms, recall {out[label][f'recall_at_{n}']}", file=sys.stderr)
     conn.execute("detach q")
     scratch.unlink(missing_ok=True)
+    out.update(numpy_binary(mat, qvecs, pool))
+    return out
+
+
+def numpy_binary(mat: np.ndarray, qvecs: list[np.ndarray], pool: int) -> dict:
+    """The same idea in memory, beside the exact scan the cache does: 1-bit codes of the
+    vectors, Hamming distance by XOR and popcount, the factor × pool nearest rescored with
+    their float vectors. Would it beat the exact matrix-vector product it would replace?"""
+    codes = np.packbits(mat > 0, axis=1).view(np.uint64)
+    exact = [np.argsort(-(mat @ v))[:pool] for v in qvecs]
+    out: dict = {"numpy_exact": {"latency_ms": summary([timed(lambda v=v: np.argpartition(-(mat @ v), pool)[:pool])[0]
+                                                          for v in qvecs])}}
+    for factor in (10, 20, 50):
+        lat, rec10, recpool = [], [], []
+        for v, gold in zip(qvecs, exact):
+            def ranked(v=v):
+                distance = np.bitwise_count(codes ^ np.packbits(v > 0).view(np.uint64)).sum(axis=1, dtype=np.uint16)
+                candidates = np.argpartition(distance, factor * pool)[: factor * pool]
+                scores = mat[candidates] @ v
+                return candidates[np.argsort(-scores)[:pool]]
+            t, top = timed(ranked)
+            lat.append(t)
+            rec10.append(len(set(top[:K].tolist()) & set(gold[:K].tolist())) / K)
+            recpool.append(len(set(top.tolist()) & set(gold.tolist())) / pool)
+        out[f"numpy_binary+rescore{factor}x@{pool}"] = {
+            "latency_ms": summary(lat), "recall_at_10": round(statistics.fmean(rec10), 4),
+            f"recall_at_{pool}": round(statistics.fmean(recpool), 4)}
     return out
 
 
