@@ -35,6 +35,7 @@ from . import store, text
 # What the copy of each layer is read from: the rows' table, its vec0 table and key column.
 LAYERS = {"atoms": ("atoms", "atoms_vec", "atom_id"), "turns": ("turns", "turns_vec", "turn_id")}
 SUPERSEDED = 1  # codec.STATUSES["superseded"]
+MAX_COUNTED_TERMS = 200_000  # term counts kept before they are all counted afresh
 
 
 def stamp(conn: apsw.Connection) -> tuple[int, int]:
@@ -112,7 +113,7 @@ class SearchCache:
         self.blas_limit = blas_limit
         self.copies: collections.OrderedDict[tuple[str, str], VectorCopy] = collections.OrderedDict()
         self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few vectors, as of stamp
-        self.frequencies: dict[tuple[str, str], int] = {}
+        self.frequencies: dict[tuple[str, str], tuple[int, int]] = {}  # (count, counted up to)
         self.frequencies_size: dict[str, int] = {}
 
     # ------------------------------------------------------------ vectors
@@ -212,22 +213,28 @@ class SearchCache:
 
     # ------------------------------------------------------------ term counts
 
-    def document_frequencies(self, conn: apsw.Connection, layer: str, terms: list[str]) -> list[int]:
-        """How many rows of the layer's FTS table (all users) hold each term.
+    def document_frequencies(self, conn: apsw.Connection, layer: str, terms: list[str],
+                             cap: int) -> list[int]:
+        """How many rows of the layer's FTS table (all users) hold each term, counted up to
+        cap + 1: past the budget a term is dropped whatever its count, and counting a common
+        term of a file with many users to the end would cost what pruning saves.
 
         Counts are kept until the table has grown by a tenth: they decide which terms are too
         common to be worth scoring, which a few new rows do not change."""
         table, fts = LAYERS[layer][0], f"{layer}_fts"
         size = conn.execute(f'select coalesce(max("id"), 0) from "{table}"').fetchone()[0]
         held = self.frequencies_size.get(layer)
-        if held is None or size > held * 1.1 or size < held:
+        if held is None or size > held * 1.1 or size < held or len(self.frequencies) > MAX_COUNTED_TERMS:
             self.frequencies = {k: v for k, v in self.frequencies.items() if k[0] != layer}
             self.frequencies_size[layer] = size
         out = []
         for term in terms:
-            if (layer, term) not in self.frequencies:
-                self.frequencies[(layer, term)] = conn.execute(
-                    f'select count(*) from "{fts}" where "{fts}" match ?', (text.quote(term),)
+            count, counted_to = self.frequencies.get((layer, term), (None, cap))
+            if count is None or count > counted_to and cap > counted_to:  # new, or stopped short
+                count = conn.execute(
+                    f'select count(*) from (select 1 from "{fts}" where "{fts}" match ? limit ?)',
+                    (text.quote(term), cap + 1),
                 ).fetchone()[0]
-            out.append(self.frequencies[(layer, term)])
+                self.frequencies[(layer, term)] = (count, cap)
+            out.append(count)
         return out

@@ -92,7 +92,7 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     """
     terms = [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
     if cache is not None and postings and terms:
-        terms = _affordable(terms, cache.document_frequencies(conn, layer, terms), postings)
+        terms = _affordable(terms, cache.document_frequencies(conn, layer, terms, postings), postings)
     if not terms:
         return None
     expression = " OR ".join(text.quote(t) for t in terms)

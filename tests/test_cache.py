@@ -176,11 +176,17 @@ def test_the_commonest_terms_go_once_the_budget_is_spent(copied):
                + [{"content": "coffee in Lisbon"}], user="alice")
     match = search.match_expression(copied.conn, "turns", "alice", "Ana coffee Lisbon", cache=copied.cache, postings=10)
     assert '"lisbon"' == match  # the only user: no scope; ana (30) and coffee (31) would not fit
-    assert [31, 30, 1] == copied.cache.document_frequencies(copied.conn, "turns", ["coffee", "ana", "lisbon"])
+    assert [31, 30, 1] == copied.cache.document_frequencies(copied.conn, "turns", ["coffee", "ana", "lisbon"], 100)
     full = search.match_expression(copied.conn, "turns", "alice", "Ana coffee Lisbon", cache=copied.cache, postings=0)
     assert '"ana" OR "coffee" OR "lisbon"' == full
     # every term too common: no keyword side at all (the vectors still answer)
     assert search.match_expression(copied.conn, "turns", "alice", "Ana coffee", cache=copied.cache, postings=10) is None
+
+
+def test_terms_are_counted_only_as_far_as_the_budget(copied):
+    copied.add([{"content": f"coffee number {i}"} for i in range(30)], user="alice")
+    assert [11, 0] == copied.cache.document_frequencies(copied.conn, "turns", ["coffee", "tea"], 10)
+    assert [30, 0] == copied.cache.document_frequencies(copied.conn, "turns", ["coffee", "tea"], 100)
 
 
 def test_a_term_counted_before_it_was_said_is_still_searched(copied):
