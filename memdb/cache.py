@@ -131,6 +131,12 @@ class SearchCache:
             ranked = [hit for copy, active in parts for hit in copy.top_k(query, k, active if active_only else None)]
         return sorted(ranked, key=lambda hit: -hit[1])[:k] if len(parts) > 1 else ranked
 
+    def sync(self, conn: apsw.Connection, layer: str, user: str) -> None:
+        """Bring the user's copy up to date (loading it if the user is large enough) before a
+        transaction that will rank against it, since inside one it cannot change."""
+        if conn.getautocommit():
+            self._parts(conn, layer, user)
+
     def _parts(self, conn: apsw.Connection, layer: str, user: str) -> list[tuple[VectorCopy, np.ndarray | None]] | None:
         """The copies to rank with their active flags: the user's copy brought up to date, or
         inside a transaction, the copy as it was plus the rows written since."""

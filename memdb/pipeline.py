@@ -94,6 +94,8 @@ def _as_turn(row: tuple) -> extract.Turn:
 def _write(mem: "Memory", turns, candidates, outcomes, counts: dict[str, int]) -> None:
     vectors = mem._embed([codec.canonical_text(c.record) for c in candidates])
     ts_of = {t.id: t.ts for t in turns}
+    with mem._lock:
+        mem.cache.sync(mem.conn, "atoms", turns[0].user)  # dedup ranks against it below
     with mem._lock, store.write(mem.conn):
         # While the model ran, another process may have extracted these turns or forget() may
         # have removed them: write only for turns still pending, so nothing is absorbed twice

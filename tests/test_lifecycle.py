@@ -19,9 +19,12 @@ def minilm():
     return embed.load()
 
 
-@pytest.fixture
-def mini(tmp_path, minilm):
-    with memdb.open(tmp_path / "mini.db", embedder=minilm, extract="defer") as m:
+@pytest.fixture(params=[2_000, 1], ids=["vec0", "copied"])
+def mini(tmp_path, minilm, request):
+    """A Memory with MiniLM vectors; dedup ranks them through vec0, or (copied) through the
+    in-memory copy of cache.py, which every user has here."""
+    settings = Settings(vector_copy_min=request.param)
+    with memdb.open(tmp_path / "mini.db", embedder=minilm, extract="defer", settings=settings) as m:
         yield m
 
 
@@ -38,9 +41,11 @@ def tell(mem, record: dict, ts: str, *, confidence: float = 0.8, user: str = "al
     line = codec.canonical_text(record)
     (turn_id,) = mem.add([{"role": "user", "name": "Alice", "content": line, "ts": ts}], user=user)
     vector = mem.embedder.embed([line])[0] if mem.embedder else None
+    mem.cache.sync(mem.conn, "atoms", user)
     with store.write(mem.conn):
         return lifecycle.absorb(mem.conn, user=user, record=record, confidence=confidence,
-                                turn_ids=[turn_id], ts=ts, vector=vector, settings=mem.settings)
+                                turn_ids=[turn_id], ts=ts, vector=vector, settings=mem.settings,
+                                cache=mem.cache)
 
 
 def row(mem, atom_id: int) -> dict:
