@@ -30,11 +30,10 @@ from typing import Any
 import apsw
 import numpy as np
 
-from . import store, text
+from . import codec, store, text
 
 # What the copy of each layer is read from: the rows' table, its vec0 table and key column.
 LAYERS = {"atoms": ("atoms", "atoms_vec", "atom_id"), "turns": ("turns", "turns_vec", "turn_id")}
-SUPERSEDED = 1  # codec.STATUSES["superseded"]
 MAX_COUNTED_TERMS = 200_000  # term counts kept before they are all counted afresh
 
 
@@ -210,7 +209,7 @@ class SearchCache:
         if layer != "atoms":
             return np.empty(0, np.int64)
         rows = conn.execute('select "id" from "atoms" where "user" = ? and "status" = ? order by "id"',
-                            (user, SUPERSEDED)).fetchall()
+                            (user, codec.STATUSES["superseded"])).fetchall()
         return np.array([r[0] for r in rows], dtype=np.int64)
 
     def _evict(self) -> None:
