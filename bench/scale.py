@@ -491,6 +491,10 @@ def plot(results: dict, out: Path) -> None:
             ax.plot(xs, [r["latency_ms"][layer][stage]["p95"] for _, r in single], style, label=f"{stage} p95")
         ax.plot(xs, [r["latency_ms"][layer]["search"]["p50"] for _, r in single], "o:", label="search p50")
         ax.plot(xs, [r["floor_ms"][f"{layer}_1t"]["p95"] for _, r in single], "k-", label="numpy floor p95 (1 thread)")
+        ax.plot(xs, [r["floor_ms"][f"{layer}_nt"]["p95"] for _, r in single], "k--", label="numpy floor p95 (all threads)")
+        if all("baseline_search" in r["latency_ms"][layer] for _, r in single):
+            ax.plot(xs, [r["latency_ms"][layer]["baseline_search"]["p95"] for _, r in single], "x:",
+                    color="grey", label="without the cache p95")
         ax.axhline(20, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
         ax.set_yscale("log")

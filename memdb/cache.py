@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from . import codec, store, text
 
 # What the copy of each layer is read from: the rows' table, its vec0 table and key column.
 LAYERS = {"atoms": ("atoms", "atoms_vec", "atom_id"), "turns": ("turns", "turns_vec", "turn_id")}
+READ_ROWS = 4096  # vectors read into a copy at a time
 MAX_COUNTED_TERMS = 200_000  # term counts kept before they are all counted afresh
 
 
@@ -54,8 +56,8 @@ class VectorCopy:
     stamp: tuple[int, int] = (0, 0)
 
     @classmethod
-    def empty(cls, dim: int, **fields: Any) -> VectorCopy:
-        return cls(ids=np.empty(0, np.int64), matrix=np.empty((0, dim), np.float32), **fields)
+    def empty(cls, dim: int, capacity: int = 0, **fields: Any) -> VectorCopy:
+        return cls(ids=np.empty(capacity, np.int64), matrix=np.empty((capacity, dim), np.float32), **fields)
 
     @property
     def nbytes(self) -> int:
@@ -176,7 +178,7 @@ class SearchCache:
         if count < self.vector_copy_min or not dim or count * dim * 4 > self.vector_copy_bytes:
             self.small[(layer, user)] = now
             return None
-        copy = VectorCopy.empty(dim, epoch=epoch, stamp=now)
+        copy = VectorCopy.empty(dim, capacity=count, epoch=epoch, stamp=now)
         self._catch_up(conn, layer, user, copy)
         self.copies[(layer, user)] = copy
         self._evict()
@@ -193,12 +195,12 @@ class SearchCache:
         # A first load walks the user's index; a catch-up walks the ids above the copy's last
         # ("+" keeps SQLite off the user index, which would visit every row the user has).
         where = 't."user" = ?' if after == 0 else 't."id" > ? and +t."user" = ?'
-        rows = conn.execute(
+        cursor = conn.execute(
             f'select t."id", v."embedding" from "{table}" t join "{vec_table}" v on v."{key}" = t."id" '
             f'where {where} order by t."id"',
             (user,) if after == 0 else (after, user),
-        ).fetchall()
-        if rows:
+        )
+        while rows := list(itertools.islice(cursor, READ_ROWS)):  # bounded: no second copy in memory
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)

@@ -55,10 +55,11 @@ class Settings:
     # relevance they win the slot (LoCoMo dev: same MRR with ~40% fewer tokens at 1.5).
     atom_weight: float = 1.5
     skipped_turn_weight: float = 0.5  # turns the extraction pre-filter found nothing durable in
-    # Large users (cache.py): bm25 scores at most this many postings of the rarest query terms
-    # (0: all terms); users with at least vector_copy_min vectors in a layer have them ranked
-    # in memory, loaded on their first search (~14 us per vector), up to vector_copy_mb in
-    # all (0 disables it).
+    # Large users (cache.py): in a file with one user, bm25 scores at most this many postings
+    # of the rarest query terms (0: all terms; bench/results/scale_postings.json has the cost
+    # and recall of each budget at 100k atoms); users with at least vector_copy_min vectors
+    # in a layer have them ranked in memory, loaded on their first search (~14 us per
+    # vector), up to vector_copy_mb in all (0 disables it).
     keyword_postings: int = 20_000
-    vector_copy_min: int = 2_000
+    vector_copy_min: int = 500
     vector_copy_mb: float = 1024.0

@@ -183,6 +183,13 @@ def test_the_commonest_terms_go_once_the_budget_is_spent(copied):
     assert search.match_expression(copied.conn, "turns", "alice", "Ana coffee", cache=copied.cache, postings=10) is None
 
 
+def test_terms_are_pruned_only_where_the_user_is_alone(copied):
+    copied.add([{"content": f"coffee with Ana number {i}"} for i in range(30)], user="bob")
+    copied.add([{"content": "coffee in Lisbon"}], user="alice")
+    match = search.match_expression(copied.conn, "turns", "alice", "Ana coffee Lisbon", cache=copied.cache, postings=10)
+    assert f'u : "{store.user_tag("alice")}" AND ("ana" OR "coffee" OR "lisbon")' == match
+
+
 def test_terms_are_counted_only_as_far_as_the_budget(copied):
     copied.add([{"content": f"coffee number {i}"} for i in range(30)], user="alice")
     assert [11, 0] == copied.cache.document_frequencies(copied.conn, "turns", ["coffee", "tea"], 10)
