@@ -156,7 +156,7 @@ class SearchCache:
             if copy is None or copy.epoch != epoch:
                 return None
             since = VectorCopy.empty(copy.matrix.shape[1])
-            self._read_rows(conn, layer, user, since, after=copy.last_id)
+            self._read_rows(conn, layer, user, since, after=copy.last_id, held=copy.n)
             superseded = self._superseded(conn, layer, user)
             return [(copy, copy.without(superseded) if copy.active is not None else None),
                     (since, since.without(superseded) if copy.active is not None else None)]
@@ -185,20 +185,26 @@ class SearchCache:
         return copy
 
     def _catch_up(self, conn: apsw.Connection, layer: str, user: str, copy: VectorCopy) -> None:
-        self._read_rows(conn, layer, user, copy, after=copy.last_id)
+        self._read_rows(conn, layer, user, copy, after=copy.last_id, held=copy.n)
         if layer == "atoms":
             copy.active = copy.without(self._superseded(conn, layer, user))
 
     @staticmethod
-    def _read_rows(conn: apsw.Connection, layer: str, user: str, into: VectorCopy, after: int) -> None:
+    def _read_rows(conn: apsw.Connection, layer: str, user: str, into: VectorCopy, after: int,
+                   held: int) -> None:
+        """Append the user's vectors with ids above after (held: how many the user had)."""
         table, vec_table, key = LAYERS[layer]
-        # A first load walks the user's index; a catch-up walks the ids above the copy's last
-        # ("+" keeps SQLite off the user index, which would visit every row the user has).
-        where = 't."user" = ?' if after == 0 else 't."id" > ? and +t."user" = ?'
+        # Walk the ids above `after` when they are few (a file of one user, or a user who wrote
+        # most of what came since); else the user's index, since other users' rows came
+        # between ("+" keeps SQLite off the index in the first case). Then one vec0 point
+        # lookup per row.
+        last = conn.execute(f'select coalesce(max("id"), 0) from "{table}"').fetchone()[0]
+        by_id = after > 0 and last - after <= 4 * held
+        where = 't."id" > ?1 and +t."user" = ?2' if by_id else 't."user" = ?2 and t."id" > ?1'
         cursor = conn.execute(
             f'select t."id", v."embedding" from "{table}" t join "{vec_table}" v on v."{key}" = t."id" '
             f'where {where} order by t."id"',
-            (user,) if after == 0 else (after, user),
+            (after, user),
         )
         while rows := list(itertools.islice(cursor, READ_ROWS)):  # bounded: no second copy in memory
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))

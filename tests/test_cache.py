@@ -82,6 +82,20 @@ def test_copy_sees_rows_written_by_this_and_by_another_connection(copied, db_pat
     assert 22 == copied.cache.copies[("atoms", "alice")].n
 
 
+def test_copy_catches_up_past_other_users_rows(copied):
+    rng = np.random.default_rng(10)
+    insert(copied, unit(rng, 5))
+    copied.cache.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
+    insert(copied, unit(rng, 60), user="bob")  # more rows since than alice holds: the user index
+    mine = unit(rng, 2)
+    insert(copied, mine)
+    insert(copied, unit(rng, 3), user="bob")
+    for vector in mine:
+        expected = [i for i, _ in knn(copied, vector, 3)]
+        assert expected == [i for i, _ in copied.cache.top_k(copied.conn, "atoms", "alice", vector, 3)]
+    assert 7 == copied.cache.copies[("atoms", "alice")].n
+
+
 def test_copy_forgets_deleted_rows_and_skips_superseded_ones(copied):
     rng = np.random.default_rng(4)
     vectors = unit(rng, 10)
