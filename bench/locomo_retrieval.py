@@ -133,7 +133,8 @@ def run(data: Path, atoms: Path | None, sweep: bool) -> dict:
                         continue
                     t0 = time.perf_counter()
                     hits = search.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
-                                         settings=mem.settings, query_vector=qvec, fusion=fusion, alpha=alpha)
+                                         settings=mem.settings, query_vector=qvec, fusion=fusion, alpha=alpha,
+                                         cache=mem.cache)
                     latencies.append(time.perf_counter() - t0)
                     row = score(hits, gold, turn_to_dia)
                     # Tokens of what search returns (the hits' text) and of the same hits
@@ -146,7 +147,8 @@ def run(data: Path, atoms: Path | None, sweep: bool) -> dict:
                     for layer in (("atoms", "both", "turns") if atoms else ("turns",)):
                         for a in np.round(np.linspace(0, 1, 11), 1):
                             hits = search.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
-                                                 settings=mem.settings, query_vector=qvec, fusion="weighted", alpha=float(a))
+                                                 settings=mem.settings, query_vector=qvec, fusion="weighted", alpha=float(a),
+                                                 cache=mem.cache)
                             sweep_rows[(layer, intent, float(a))].append(score(hits, gold, turn_to_dia))
             mem.close()
     summary = {name: _mean(rows) for name, rows in results.items()}
