@@ -8,8 +8,8 @@ Two things are slow to ask SQLite on every query once a user holds ~100k atoms:
   gets a float32 copy in memory, ranked by one matrix-vector product. vec0 stays the store of
   record and answers for small users and when the copy would not fit in `vector_copy_mb`.
 - Document frequencies. FTS5's bm25 first counts every posting of every query term, so the
-  commonest terms cost the most and weigh the least; search.py drops the commonest terms beyond
-  a postings budget, using the counts cached here.
+  commonest terms cost the most and weigh the least; in a file of one user, search.py drops
+  the commonest terms beyond a postings budget, using the counts cached here.
 
 A copy is checked before each use: when neither `pragma data_version` (another connection
 committed) nor the connection's total_changes (it wrote) moved, it is exact. Otherwise it is
