@@ -1,5 +1,5 @@
 -- memdb file layout, version 1. This file is the one source of the database layout:
--- memdb/store.py runs it on a new file and steps `user_version` forward with migrations.
+-- memdb/db/connection.py runs it on a new file and steps `user_version` forward with migrations.
 -- Everything a reader needs is readable from a stock sqlite3 shell: coded enums have lookup
 -- tables and the *_v views show names instead of codes. Only the vec0 tables (vectors) need
 -- the sqlite-vec extension.
@@ -133,11 +133,11 @@ join "atoms" a on a."id" = s."atom_id"
 join "turns" t on t."id" = s."turn_id";
 
 -- ---------------------------------------------------------------- vectors
--- Created once the embedder's dimension is known (store.py substitutes {dim}); rebuilt by
+-- Created once the embedder's dimension is known (db/connection.py substitutes {dim}); rebuilt by
 -- reembed. Cosine distance; the user is the partition key so a KNN scans one user's vectors.
 -- Each user's vectors fill whole chunks: 256 rather than vec0's default 1,024 wastes less on
 -- the many users with a few hundred turns (1,000 users x 1k atoms: 1.59 kB of turn vectors
--- per atom at 1,024). Large users are ranked from an in-process copy (cache.py), so
+-- per atom at 1,024). Large users are ranked from an in-process copy (index/copies.py), so
 -- more chunks per KNN cost them little. (vec0 does not accept quoted column names.)
 -- [vectors]
 create virtual table "atoms_vec" using vec0(

@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--user", "-u", required=True, help="whose memory")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         p.add_argument("--embedder", default="minilm", help="'minilm', a .gguf path, or 'none'")
-        p.add_argument("--llm", default=None, help="an instruct .gguf for extraction")
+        p.add_argument("--llm", default=None, help="extraction model: an instruct .gguf, or the URL of an OpenAI-compatible server")
         p.add_argument("--threads", type=int, default=None)
         p.set_defaults(run=run)
         return p

@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgpack
 
 from .errors import InvalidInput
+from .text import is_cjk
 
 # Coded enums. The same codes fill the lookup tables in schema.sql; keep both in step.
 KINDS = {"fact": 0, "preference": 1, "constraint": 2, "event": 3}
@@ -23,6 +24,16 @@ SENTIMENT_NAMES = {code: name for name, code in SENTIMENTS.items()}
 STATUS_NAMES = {code: name for name, code in STATUSES.items()}
 ROLE_NAMES = {code: name for name, code in ROLES.items()}
 STATE_NAMES = {code: name for name, code in STATES.items()}
+
+
+def codes(table: dict[str, int], *names: str) -> str:
+    """The codes of names as an SQL list, "(0, 2)": SQL names its enums through this table,
+    never by bare numbers (the codes are constants, so formatting them in is safe)."""
+    return "(" + ", ".join(str(table[name]) for name in names) + ")"
+
+
+# Statuses an atom counts as held with: active, or active and disputed.
+HELD = codes(STATUSES, "active", "conflicting")
 
 # Field name in the Python record -> key in the packed record.
 SHORT_KEYS = {
@@ -110,11 +121,8 @@ def canonical_text(record: dict) -> str:
         parts.append(f"({record['outcome']})")
     line = ""
     for part in parts:
-        if line and not (_is_cjk(line[-1]) and _is_cjk(part[0])):
+        if line and not (is_cjk(line[-1]) and is_cjk(part[0])):
             line += " "
         line += part
     return line
 
-
-def _is_cjk(ch: str) -> bool:
-    return "\u3400" <= ch <= "\u9fff" or "\uf900" <= ch <= "\ufaff"

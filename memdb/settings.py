@@ -1,18 +1,34 @@
-"""Tunable numbers in one place: thresholds, weights and half-lives, with the defaults chosen
-on the LoCoMo dev split (see bench/). Pass `memdb.open(..., settings=Settings(...))` to change them."""
+"""Every tuned number in one place: thresholds, weights and half-lives, with the defaults chosen
+on the LoCoMo dev split (see bench/). Pass `memdb.open(..., settings=Settings(...))` to change them;
+a Settings that cannot work (an unknown fusion, a weight out of range) raises InvalidInput when built.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .errors import InvalidInput
+
+FUSIONS = ("weighted", "rrf")
+KINDS = ("fact", "preference", "constraint", "event")
+INTENTS = ("lookup", "time", "preference", "open")
+
 
 @dataclass
 class Settings:
-    # Extraction: consecutive turns per model call, and earlier turns shown for context only.
+    # Extraction: turns written per transaction (a crash loses at most these); earlier turns
+    # of the session read with them (their speakers' names ground atoms), and how many of
+    # those the model is shown before each turn as context only (0: the turn alone).
     extract_batch: int = 6
     extract_history: int = 3
+    extract_context: int = 0
+    # Confidence of an extracted atom: about its own speaker, about someone else, and the
+    # penalty when its sentence hedges ("maybe", "可能").
+    confidence_own: float = 0.9
+    confidence_other: float = 0.75
+    confidence_hedge: float = 0.3
 
-    # Dedup (lifecycle.py; tuned with bench/dedup.py on bench/dedup_pairs.json, favouring
+    # Dedup (lifecycle/; tuned with bench/dedup.py on bench/dedup_pairs.json, favouring
     # precision: a wrong merge loses a fact, a missed one only spends budget). A new atom
     # merges into one of the same user, subject, kind and polarity when either
     # - they fill the same slot (attribute key, preference target, or predicate + object, the
@@ -22,12 +38,14 @@ class Settings:
     # - the lines are at least merge_similarity similar by vector and share merge_min_overlap
     #   of their terms; without vectors, or for Chinese lines (MiniLM reads them as [UNK]),
     #   merge_keyword_overlap of their terms instead.
-    # dedup_candidates nearest atoms are examined, by vector and by keywords each.
+    # dedup_candidates nearest atoms are examined, by vector and by keywords each. A merge
+    # moves confidence toward 1 by merge_gain x the new statement's confidence.
     merge_similarity: float = 0.9
     merge_similarity_same_key: float = 0.66
     merge_value_overlap: float = 0.75
     merge_keyword_overlap: float = 0.8
     merge_min_overlap: float = 0.3
+    merge_gain: float = 0.5
     dedup_candidates: int = 8
 
     # Conflicts: statements on the same subject and key count as comparable evidence (both
@@ -50,16 +68,65 @@ class Settings:
         default_factory=lambda: {"lookup": 0.7, "time": 0.6, "preference": 0.3, "open": 0.7}
     )
     rrf_k: int = 60
-    candidate_pool: int = 60  # candidates per side before fusion
+    candidate_pool: int = 60  # candidates per side before fusion, and at least pool_per_hit x k
+    pool_per_hit: int = 3
+    # bm25 column weights. Atoms: user tag (never scores), subject+predicate, value, whole line,
+    # kind, source turns' words (finds atoms by what was said; weighs less than the atom's own
+    # fields). Turns: user tag, speaker, content. Chosen on the LoCoMo dev split.
+    atom_columns: tuple[float, ...] = (0.0, 2.0, 2.0, 1.0, 0.3, 1.5)
+    turn_columns: tuple[float, ...] = (0.0, 0.5, 1.0)
+    # An atom's score is scaled by confidence_floor + (1 - confidence_floor) x its confidence.
+    confidence_floor: float = 0.5
+    # Working memory: the session's last turns pull the query vector toward the topic this much.
+    session_weight: float = 0.25
     # Atoms vs raw turns in layer="both": atoms say the same in fewer tokens, so at equal
     # relevance they win the slot (LoCoMo dev: same MRR with ~40% fewer tokens at 1.5).
     atom_weight: float = 1.5
     skipped_turn_weight: float = 0.5  # turns the extraction pre-filter found nothing durable in
-    # Large users (cache.py): in a file with one user, bm25 scores at most this many postings
-    # of the rarest query terms (0: all terms; bench/results/scale_postings.json has the cost
-    # and recall of each budget at 100k atoms); users with at least vector_copy_min vectors
-    # in a layer have them ranked in memory, loaded on their first search (~14 us per
-    # vector), up to vector_copy_mb in all (0 disables it).
+    # Large users (index/copies.py): in a file with one user, bm25 scores at most this many
+    # postings of the rarest query terms (0: all terms; bench/results/scale_postings.json has
+    # the cost and recall of each budget at 100k atoms); term counts are kept until the table
+    # grows by term_counts_growth. Users with at least vector_copy_min vectors in a layer have
+    # them ranked in memory, loaded on their first search (~14 us per vector), up to
+    # vector_copy_mb in all (0 disables it).
     keyword_postings: int = 20_000
+    term_counts_growth: float = 1.1
     vector_copy_min: int = 500
     vector_copy_mb: float = 1024.0
+
+    def __post_init__(self) -> None:
+        _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
+        for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
+            _check(_is_int(getattr(self, name), 1), name, "a positive integer")
+        for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min"):
+            _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
+        for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",
+                     "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",
+                     "merge_min_overlap", "merge_gain", "comparable_confidence", "freshness_floor",
+                     "confidence_floor", "session_weight"):
+            _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
+        for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb"):
+            _check(_is_number(getattr(self, name), 0, float("inf")), name, "a non-negative number")
+        _check(_is_number(self.term_counts_growth, 1, float("inf")), "term_counts_growth", "a number of at least 1")
+        _check(set(self.alpha) == set(INTENTS) and all(_is_number(v, 0, 1) for v in self.alpha.values()),
+               "alpha", f"a dict of {', '.join(INTENTS)} to numbers from 0 to 1")
+        _check(set(self.half_life_days) == set(KINDS) and all(
+            v is None or _is_number(v, 0, float("inf")) and v > 0 for v in self.half_life_days.values()),
+            "half_life_days", f"a dict of {', '.join(KINDS)} to positive days or None")
+        _check(len(self.atom_columns) == 6 and all(_is_number(w, 0, float("inf")) for w in self.atom_columns),
+               "atom_columns", "six non-negative weights")
+        _check(len(self.turn_columns) == 3 and all(_is_number(w, 0, float("inf")) for w in self.turn_columns),
+               "turn_columns", "three non-negative weights")
+
+
+def _is_int(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _is_number(value: object, low: float, high: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
+
+
+def _check(ok: bool, name: str, what: str) -> None:
+    if not ok:
+        raise InvalidInput(f"Settings.{name} must be {what}")

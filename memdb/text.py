@@ -67,6 +67,37 @@ def terms(text: str) -> list[str]:
     return list(seen)
 
 
+WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
+
+
+def stem(word: str) -> str:
+    """A crude stem, enough to make lives/living/lived, likes/liked, kids/kid and Bob's/Bob meet;
+    not a real stemmer. memdb's only one: grounding and dedup must agree on what a word is."""
+    word = word.lower().replace("’", "'")
+    if word.endswith("'s"):
+        word = word[:-2]
+    if has_cjk(word) or len(word) <= 3:
+        return word
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
+def stems(phrase: str) -> list[str]:
+    """The stems of phrase's words, in order."""
+    return [stem(w) for w in WORD.findall(phrase)]
+
+
+def cjk_bigrams(value: str) -> set[str]:
+    """The CJK bigrams of value (a lone character where a run has one)."""
+    grams: set[str] = set()
+    for run in _CJK_RUN.findall(value):
+        grams |= {run} if len(run) == 1 else {run[i : i + 2] for i in range(len(run) - 1)}
+    return grams
+
+
 def quote(term: str) -> str:
     """term as one FTS5 phrase: double-quoted, inner quotes doubled, unprintables dropped.
 

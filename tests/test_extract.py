@@ -9,8 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memdb import codec, extract, timeparse
+from memdb import codec, timeparse
 from memdb.errors import ModelError
+from memdb.extraction import records
+from memdb.models import assets
+from memdb.models import llama
+from memdb.extraction import prompt
+from memdb.extraction import parse
+from memdb.extraction import prefilter
+from memdb.extraction import extract
 
 TS = "2023-05-08T13:56:00"  # a Monday
 
@@ -33,15 +40,15 @@ class FakeLLM:
         return reply  # type: ignore[return-value]
 
 
-def turn(id_: int, content: str, speaker: str | None = "Caroline", ts: str = TS, role: str = "user") -> extract.Turn:
-    return extract.Turn(id=id_, user="u", session="s1", role=role, speaker=speaker, content=content, ts=ts)
+def turn(id_: int, content: str, speaker: str | None = "Caroline", ts: str = TS, role: str = "user") -> records.Turn:
+    return records.Turn(id=id_, user="u", session="s1", role=role, speaker=speaker, content=content, ts=ts)
 
 
 def reply(*atoms: str) -> str:
     return json.dumps({"a": list(atoms)}, ensure_ascii=False)
 
 
-def texts(candidates: list[extract.Candidate]) -> list[str]:
+def texts(candidates: list[records.Candidate]) -> list[str]:
     return [codec.canonical_text(c.record) for c in candidates]
 
 
@@ -61,7 +68,7 @@ def texts(candidates: list[extract.Candidate]) -> list[str]:
     ("", "empty"),
 ])
 def test_prefilter_skips_turns_without_durable_content(content, reason):
-    assert reason == extract.prefilter(turn(1, content), names={"Melanie", "Caroline"})
+    assert reason == prefilter.prefilter(turn(1, content), names={"Melanie", "Caroline"})
 
 
 @pytest.mark.parametrize("content", [
@@ -72,12 +79,12 @@ def test_prefilter_skips_turns_without_durable_content(content, reason):
     "谢谢！我对花生过敏。",
 ])
 def test_prefilter_keeps_turns_with_content(content):
-    assert None is extract.prefilter(turn(1, content), names={"Melanie"})
+    assert None is prefilter.prefilter(turn(1, content), names={"Melanie"})
 
 
 def test_prefilter_skips_assistant_and_tool_turns():
-    assert "assistant turn" == extract.prefilter(turn(1, "Your meeting is booked.", role="assistant"))
-    assert "tool turn" == extract.prefilter(turn(1, "{}", role="tool"))
+    assert "assistant turn" == prefilter.prefilter(turn(1, "Your meeting is booked.", role="assistant"))
+    assert "tool turn" == prefilter.prefilter(turn(1, "{}", role="tool"))
 
 
 def test_skipped_turns_never_reach_the_model():
@@ -98,14 +105,14 @@ def test_skipped_turns_never_reach_the_model():
     '{"a":[[1,"e","Caroline","went to","a support group","yesterday"]]}',
 ])
 def test_parser_accepts_the_shapes_models_write(raw):
-    atoms, error = extract.parse_output(raw, 1)
+    atoms, error = parse.parse_output(raw, 1)
     assert None is error
     assert [("Caroline", "went to", "a support group", "yesterday")] == [
         (a["subject"], a["predicate"], a["object"], a["when"]) for a in atoms]
 
 
 def test_parser_keeps_the_complete_atoms_of_a_truncated_reply():
-    atoms, error = extract.parse_output('{"a":["Caroline | likes | tea","Caroline | went to | the ci', 1)
+    atoms, error = parse.parse_output('{"a":["Caroline | likes | tea","Caroline | went to | the ci', 1)
     assert (None, [("Caroline", "likes", "tea")]) == (error, [(a["subject"], a["predicate"], a["object"]) for a in atoms])
 
 
@@ -118,13 +125,13 @@ def test_parser_keeps_the_complete_atoms_of_a_truncated_reply():
     ("[" * 5000, "invalid JSON"),
 ])
 def test_parser_reports_unusable_replies(raw, error):
-    atoms, why = extract.parse_output(raw, 1)
+    atoms, why = parse.parse_output(raw, 1)
     assert [] == atoms
     assert why.startswith(error)
 
 
 def test_parser_marks_malformed_atoms_instead_of_failing_the_reply():
-    atoms, error = extract.parse_output('{"a":["Caroline | likes | tea", 7, "no pipes", {"o": [1]}]}', 1)
+    atoms, error = parse.parse_output('{"a":["Caroline | likes | tea", 7, "no pipes", {"o": [1]}]}', 1)
     assert None is error
     assert [False, True, True, True] == ["_invalid" in a for a in atoms]
 
@@ -198,11 +205,10 @@ def test_atoms_go_to_the_turn_whose_words_they_share():
         codec.canonical_text(c.record): c.turn_ids for c in candidates}
 
 
-def test_history_is_context_only_never_a_source(monkeypatch):
-    monkeypatch.setattr(extract, "CONTEXT_LINES", 1)
+def test_history_is_context_only_never_a_source():
     history = [turn(1, "I adopted two cats last month.", speaker="Melanie")]
     llm = FakeLLM(reply("Melanie | adopted | two cats", "Caroline | moved to | Lisbon"))
-    candidates, outcomes = extract.extract([turn(2, "I moved to Lisbon.")], llm, history=history)
+    candidates, outcomes = extract.extract([turn(2, "I moved to Lisbon.")], llm, history=history, context=1)
     assert ["Caroline moved to Lisbon"] == texts(candidates)
     assert {2} == set(outcomes)
     assert "- Melanie: I adopted two cats last month.\n* Caroline: I moved to Lisbon." == llm.calls[0][-2]["content"]
@@ -422,31 +428,30 @@ def test_every_turn_gets_an_outcome_and_every_candidate_is_valid():
     assert all(c.record == codec.validate(c.record) for c in candidates)
 
 
-def test_batches_larger_than_max_batch_are_split_into_several_calls(monkeypatch):
-    monkeypatch.setattr(extract, "MAX_BATCH", 2)
+def test_each_turn_is_its_own_model_call():
     llm = FakeLLM(reply())
     _, outcomes = extract.extract([turn(i, f"I moved to city number {i}.") for i in range(1, 6)], llm)
-    assert (3, {"done"}) == (len(llm.calls), {o.state for o in outcomes.values()})
+    assert (5, {"done"}) == (len(llm.calls), {o.state for o in outcomes.values()})
 
 
 # --- the prompt -----------------------------------------------------------------------------------
 
 def test_the_prompt_prefix_is_byte_identical_between_calls():
-    a = extract._render_chatml(extract.build_messages([turn(1, "I moved to Lisbon.")], [], [turn(1, "I moved to Lisbon.")]))
-    b = extract._render_chatml(extract.build_messages([turn(7, "I love tea.")], [turn(6, "Hi")], [turn(7, "I love tea.")]))
-    prefix = extract._render_chatml(extract.prompt_prefix("en")).removesuffix("<|im_start|>assistant\n")
+    a = llama._render_chatml(prompt.build_messages([turn(1, "I moved to Lisbon.")], [], [turn(1, "I moved to Lisbon.")]))
+    b = llama._render_chatml(prompt.build_messages([turn(7, "I love tea.")], [turn(6, "Hi")], [turn(7, "I love tea.")]))
+    prefix = llama._render_chatml(prompt.prompt_prefix("en")).removesuffix("<|im_start|>assistant\n")
     assert a.startswith(prefix) and b.startswith(prefix)
     assert "* Caroline: I moved to Lisbon." in a and "- Caroline: Hi\n* Caroline: I love tea." in b
 
 
 def test_the_fewshot_markers_occur_in_the_examples():
-    examples = " ".join(u + a for u, a in extract._EXAMPLES.values()).lower()
-    assert [] == [m for m in extract._FEWSHOT_MARKERS if m not in examples]
+    examples = " ".join(u + a for u, a in prompt._EXAMPLES.values()).lower()
+    assert [] == [m for m in prompt.FEWSHOT_MARKERS if m not in examples]
 
 
 def test_the_fewshot_replies_parse_into_atoms_grounded_in_their_own_lines():
-    for user, assistant in extract._EXAMPLES.values():
-        atoms, error = extract.parse_output(assistant, 1)
+    for user, assistant in prompt._EXAMPLES.values():
+        atoms, error = parse.parse_output(assistant, 1)
         assert None is error
         assert all("_invalid" not in a for a in atoms)
 
@@ -466,7 +471,7 @@ _JSONISH = st.recursive(
 @given(raw=st.text(max_size=300) | _JSONISH.map(lambda v: json.dumps(v, ensure_ascii=False))
        | _JSONISH.map(lambda v: json.dumps(v)[: len(json.dumps(v)) // 2]))
 def test_random_and_jsonish_garbage_never_breaks_extraction(raw):
-    atoms, error = extract.parse_output(raw, 2)
+    atoms, error = parse.parse_output(raw, 2)
     assert isinstance(atoms, list) and (error is None or isinstance(error, str))
     turns = [turn(1, "I went to a support group yesterday. I love tea."), turn(2, "我喜欢茶。", speaker="Melanie")]
     candidates, outcomes = extract.extract(turns, FakeLLM(raw))
@@ -481,7 +486,7 @@ def test_huge_and_deep_replies_are_refused_without_crashing():
     for raw in ['{"a":[' + ",".join(['"Caroline | went to | a support group"'] * 5000) + "]}",
                 "[" * 100_000, '{"a":' * 5000 + "1" + "}" * 5000]:
         candidates, outcomes = extract.extract([turn(1, "I went to a support group.")], FakeLLM(raw))
-        assert len(candidates) <= extract.MAX_ATOMS_PER_TURN
+        assert len(candidates) <= prompt.MAX_ATOMS_PER_TURN
         assert outcomes[1].state in ("done", "failed")
 
 
@@ -493,23 +498,23 @@ def _fake_parts(tmp_path, monkeypatch, contents: list[bytes], expected: str) -> 
         part = tmp_path / f"part{i:02d}.bin"
         part.write_bytes(blob)
         parts.append(part)
-    monkeypatch.setattr(extract, "_part_files", lambda: parts)
-    monkeypatch.setattr(extract, "DEFAULT_MODEL_SHA256", expected)
+    monkeypatch.setattr(assets, "part_files", lambda: parts)
+    monkeypatch.setattr(assets, "DEFAULT_MODEL_SHA256", expected)
     monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "cache"))
 
 
 def test_the_default_model_is_assembled_once_into_the_cache(tmp_path, monkeypatch):
     blobs = [b"GGUF", b"-part-two", b"-three"]
     _fake_parts(tmp_path, monkeypatch, blobs, hashlib.sha256(b"".join(blobs)).hexdigest())
-    path = extract.default_model_path()
-    assert (tmp_path / "cache" / f"{extract.DEFAULT_MODEL_NAME}.gguf", b"GGUF-part-two-three") == (path, path.read_bytes())
+    path = assets.default_model_path()
+    assert (tmp_path / "cache" / f"{assets.DEFAULT_MODEL_NAME}.gguf", b"GGUF-part-two-three") == (path, path.read_bytes())
     assert [path.name] == [p.name for p in path.parent.iterdir()]  # no temporary file left behind
 
 
 def test_damaged_parts_are_refused_and_leave_nothing_in_the_cache(tmp_path, monkeypatch):
     _fake_parts(tmp_path, monkeypatch, [b"GGUF", b"garbage"], "ab" * 32)
     with pytest.raises(ModelError, match="expected abab.*reinstall"):
-        extract.default_model_path()
+        assets.default_model_path()
     assert [] == list((tmp_path / "cache").iterdir())
 
 
@@ -518,23 +523,23 @@ def test_a_tampered_cache_file_is_refused_with_the_fix(tmp_path, monkeypatch):
     bad = tmp_path / "model.gguf"
     bad.write_bytes(b"not the model")
     with pytest.raises(ModelError) as info:
-        extract._verify_default(bad)
+        assets.verify_default(bad)
     message = str(info.value)
-    assert str(bad) in message and extract.DEFAULT_MODEL_SHA256 in message
+    assert str(bad) in message and assets.DEFAULT_MODEL_SHA256 in message
     assert hashlib.sha256(b"not the model").hexdigest() in message and "delete that file" in message
 
 
 def test_cache_dir_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("MEMDB_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert tmp_path / "memdb" == extract.cache_dir()
+    assert tmp_path / "memdb" == assets.cache_dir()
     monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "mine"))
-    assert tmp_path / "mine" == extract.cache_dir()
+    assert tmp_path / "mine" == assets.cache_dir()
 
 
 def test_a_missing_model_path_is_a_model_error():
     with pytest.raises(ModelError, match="does not exist"):
-        extract.load_llm("/nonexistent/model.gguf")
+        llama.load_llm("/nonexistent/model.gguf")
 
 
 def test_count_tokens_falls_back_to_an_estimate_without_a_model():
@@ -542,11 +547,12 @@ def test_count_tokens_falls_back_to_an_estimate_without_a_model():
         def count_tokens(self, line: str) -> int:
             raise RuntimeError("no vocab")
 
-    assert 3 == extract.count_tokens(NoTokenizer(), "hello world!")
+    assert 3 == llama.count_tokens(NoTokenizer(), "hello world!")
 
 
 def test_statements_differing_only_in_a_digit_stay_apart():
-    from memdb.extract import Candidate, Outcome, _merge_duplicates
+    from memdb.extraction.extract import _merge_duplicates
+    from memdb.extraction.records import Candidate, Outcome
 
     two = Candidate({"kind": "fact", "subject": "Ana", "predicate": "has", "object": "2 kids"}, 0.9, [1])
     three = Candidate({"kind": "fact", "subject": "Ana", "predicate": "has", "object": "3 kids"}, 0.9, [2])

@@ -7,7 +7,12 @@ import importlib.util
 
 import pytest
 
-from memdb import codec, extract
+from memdb import codec
+from memdb.extraction import records
+from memdb.models import llama
+from memdb.extraction import prompt
+from memdb.extraction import ground
+from memdb.extraction import extract
 
 pytestmark = [
     pytest.mark.model,
@@ -18,13 +23,13 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def llm():
-    model = extract.load_llm()
+    model = llama.load_llm()
     model.model()  # load now, so each test times only its own extraction
     return model
 
 
-def _turn(id_: int, content: str, speaker: str | None, ts: str) -> extract.Turn:
-    return extract.Turn(id=id_, user="u", session="s", role="user", speaker=speaker, content=content, ts=ts)
+def _turn(id_: int, content: str, speaker: str | None, ts: str) -> records.Turn:
+    return records.Turn(id=id_, user="u", session="s", role="user", speaker=speaker, content=content, ts=ts)
 
 
 def test_chinese_turn_gives_grounded_chinese_atoms_with_a_dated_release(llm):
@@ -35,7 +40,7 @@ def test_chinese_turn_gives_grounded_chinese_atoms_with_a_dated_release(llm):
     for cand in candidates:
         assert cand.record == codec.validate(cand.record)
         assert ([41], "zh") == (cand.turn_ids, cand.record["lang"])
-        assert None is extract.ground(cand.record, turn.content, {"用户"})
+        assert None is ground.ground(cand.record, turn.content, {"用户"})
     lines = " ".join(codec.canonical_text(c.record) for c in candidates)
     assert "Go" in lines or "PostgreSQL" in lines
     release = [c for c in candidates if "v2" in codec.canonical_text(c.record) or "发布" in codec.canonical_text(c.record)]
@@ -66,17 +71,17 @@ def test_the_prompt_prefix_is_read_once_and_lazy_grammar_sampling_matches_llama_
     before = dict(llm.stats)
     second = _turn(11, "My sister moved to Denver in March.", "Jon", ts)
     extract.extract([second], llm)
-    prompt = llm.stats["prompt_tokens"] - before["prompt_tokens"]
+    read = llm.stats["prompt_tokens"] - before["prompt_tokens"]
     evaluated = llm.stats["prompt_eval_tokens"] - before["prompt_eval_tokens"]  # llama.cpp's own count
-    rendered = extract._render_chatml(extract.prompt_prefix("en")).removesuffix("<|im_start|>assistant\n")
+    rendered = llama._render_chatml(prompt.prompt_prefix("en")).removesuffix("<|im_start|>assistant\n")
     prefix = len(llm.model().tokenize(rendered.encode(), add_bos=True, special=True))
-    assert evaluated <= prompt - prefix + 8, (evaluated, prompt, prefix)  # the fixed prefix was not re-read
+    assert evaluated <= read - prefix + 8, (evaluated, read, prefix)  # the fixed prefix was not re-read
 
     # The lazy grammar check yields exactly what llama-cpp-python's full-vocabulary sampler yields.
-    messages = extract.build_messages([second], [], [second])[:-1]  # no prefill: both generate it all
-    grammar = llm._grammar(extract.output_schema(1))
-    tokens = llm.model().tokenize(extract._render_chatml(messages).encode(), add_bos=True, special=True)
-    mine, _ = extract._greedy(llm.model(), tokens, grammar._grammar, 60, 0)
+    messages = prompt.build_messages([second], [], [second])[:-1]  # no prefill: both generate it all
+    grammar = llm._grammar(prompt.output_schema(1))
+    tokens = llm.model().tokenize(llama._render_chatml(messages).encode(), add_bos=True, special=True)
+    mine, _ = llama._greedy(llm.model(), tokens, grammar._grammar, 60, 0)
     theirs = llm.model().create_completion(tokens, grammar=grammar, temperature=0.0, max_tokens=60,
                                            stop=["<|im_end|>"])["choices"][0]["text"]
     assert theirs == mine

@@ -14,7 +14,10 @@ import apsw
 import pytest
 
 import memdb
-from memdb import lifecycle, store
+from memdb.db import forget
+from memdb.db import connection
+from memdb.lifecycle import absorb
+
 
 # Unique words: lowercase, no stemmable ending, no prefix shared with other words in the file,
 # so they can be looked for in FTS5 segments and raw bytes (FTS5 prefix-compresses its terms).
@@ -24,8 +27,8 @@ ATOM_SECRET = "xkv4atomword"
 
 def _absorb(mem: memdb.Memory, user: str, obj: str, turn_ids: list[int]) -> int:
     record = {"kind": "fact", "subject": user, "predicate": "keeps", "object": obj}
-    with store.write(mem.conn):
-        _, atom_id = lifecycle.absorb(
+    with connection.write(mem.conn):
+        _, atom_id = absorb.absorb(
             mem.conn, user=user, record=record, confidence=0.9, turn_ids=turn_ids,
             ts="2026-05-01T10:00:00", vector=mem.embedder.embed([f"{user} keeps {obj}"])[0], settings=mem.settings,
         )
@@ -135,7 +138,7 @@ def test_forget_atom_removes_it_and_keeps_its_turns(mem, world):
 @pytest.mark.parametrize("how", ["user", "turn_id"])
 def test_forgotten_text_and_vectors_are_gone_from_the_raw_file(mem, world, db_path, monkeypatch, how, bulk):
     if bulk:  # big deletes take the other path (tombstones, then one optimize): exercise it on a small file
-        monkeypatch.setattr(store, "BULK_DELETE_ROWS", 0)
+        monkeypatch.setattr(forget, "BULK_DELETE_ROWS", 0)
     secret_turn = world["alice"][0]
     vector = mem.conn.execute("select embedding from turns_vec where turn_id = ?", (secret_turn,)).fetchone()[0]
     before = _raw_bytes(mem, db_path)
@@ -178,8 +181,8 @@ def test_forgetting_one_side_of_a_conflict_leaves_the_other_plainly_active(mem):
     first, second = mem.add([{"content": "I live in Lisbon"}, {"content": "I live in Porto"}], user="ana")
     kept = _absorb(mem, "ana", "Porto", [second])
     gone = _absorb(mem, "ana", "Lisbon", [first])
-    with store.write(mem.conn):
-        lifecycle.mark_conflict(mem.conn, gone, kept, "2026-05-01T10:00:00")
+    with connection.write(mem.conn):
+        absorb.mark_conflict(mem.conn, gone, kept, "2026-05-01T10:00:00")
     assert "conflicting" == mem.get(kept).status
     mem.forget(turn_id=first)
     assert [] == mem.conn.execute("select * from atom_conflicts").fetchall()
@@ -192,9 +195,9 @@ def _chain(mem: memdb.Memory, user: str, cities: list[str]) -> tuple[list[int], 
     turns = mem.add([{"content": f"I live in {c}", "ts": f"2026-0{i + 1}-01T10:00:00"} for i, c in enumerate(cities)],
                     user=user)
     atoms = [_absorb(mem, user, city, [turn]) for city, turn in zip(cities, turns)]
-    with store.write(mem.conn):
+    with connection.write(mem.conn):
         for i in range(1, len(atoms)):
-            lifecycle.supersede(mem.conn, atoms[i - 1], by=atoms[i], at=f"2026-0{i + 1}-01T10:00:00")
+            absorb.supersede(mem.conn, atoms[i - 1], by=atoms[i], at=f"2026-0{i + 1}-01T10:00:00")
     return turns, atoms
 
 

@@ -15,7 +15,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import memdb
-from memdb import codec, lifecycle, store
+from memdb import codec
+from memdb.db import connection
+from memdb.lifecycle import absorb
 from tests.conftest import HashEmbedder
 
 SHARED = ["coffee", "harbour", "ferry", "piano", "garden", "咖啡", "公园", "lisbon", "violin", "tea"]
@@ -56,8 +58,8 @@ def _fill(mem: memdb.Memory, users: list[str], data: st.DataObject) -> dict[str,
                 record = codec.validate({"kind": kind, "subject": "User", "predicate": "keeps",
                                          "object": f"{words[0]} {me.marker}",
                                          **({"date": f"2026-03-{day + 1:02d}"} if kind == "event" else {})})
-                with store.write(mem.conn):
-                    _, atom_id = lifecycle.absorb(
+                with connection.write(mem.conn):
+                    _, atom_id = absorb.absorb(
                         mem.conn, user=user, record=record, confidence=0.8, turn_ids=ids,
                         ts=f"2026-03-{day + 1:02d}T10:00:00", settings=mem.settings,
                         vector=mem.embedder.embed([codec.canonical_text(record)])[0],
@@ -108,8 +110,8 @@ def test_no_read_returns_another_users_data(users, data):
 def test_history_of_another_users_atom_is_not_found(mem):
     (bob_turn,) = mem.add([{"content": "bob keeps a violin"}], user="bob")
     record = codec.validate({"kind": "fact", "subject": "bob", "predicate": "keeps", "object": "a violin"})
-    with store.write(mem.conn):
-        _, atom_id = lifecycle.absorb(mem.conn, user="bob", record=record, confidence=0.9, turn_ids=[bob_turn],
+    with connection.write(mem.conn):
+        _, atom_id = absorb.absorb(mem.conn, user="bob", record=record, confidence=0.9, turn_ids=[bob_turn],
                                       ts="2026-03-01T10:00:00", vector=None, settings=mem.settings)
     mem.add([{"content": "alice keeps a violin too"}], user="alice")
     with pytest.raises(memdb.NotFound, match="alice"):

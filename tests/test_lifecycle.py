@@ -10,13 +10,19 @@ from __future__ import annotations
 import pytest
 
 import memdb
-from memdb import codec, embed, lifecycle, store
+from memdb import codec
 from memdb.settings import Settings
+from memdb.db import connection
+from memdb.db import rows as db_rows
+from memdb.index import copies
+from memdb.lifecycle import absorb
+from memdb.lifecycle import relation
+from memdb.models import embedders
 
 
 @pytest.fixture(scope="module")
 def minilm():
-    return embed.load()
+    return embedders.load()
 
 
 @pytest.fixture(params=[2_000, 1], ids=["vec0", "copied"])
@@ -41,11 +47,11 @@ def tell(mem, record: dict, ts: str, *, confidence: float = 0.8, user: str = "al
     line = codec.canonical_text(record)
     (turn_id,) = mem.add([{"role": "user", "name": "Alice", "content": line, "ts": ts}], user=user)
     vector = mem.embedder.embed([line])[0] if mem.embedder else None
-    mem.cache.sync(mem.conn, "atoms", user)
-    with store.write(mem.conn):
-        return lifecycle.absorb(mem.conn, user=user, record=record, confidence=confidence,
+    mem.copies.sync(mem.conn, "atoms", user)
+    with connection.write(mem.conn):
+        return absorb.absorb(mem.conn, user=user, record=record, confidence=confidence,
                                 turn_ids=[turn_id], ts=ts, vector=vector, settings=mem.settings,
-                                cache=mem.cache)
+                                copies=mem.copies, term_counts=mem.term_counts)
 
 
 def row(mem, atom_id: int) -> dict:
@@ -228,7 +234,7 @@ def test_distinct_values_of_an_open_predicate_never_conflict(mem):
     ("is from", "origin"), ("has", None), ("is", None), ("likes", None), ("works", None),
 ])
 def test_predicates_map_to_attribute_keys(predicate, key):
-    assert key == lifecycle.attribute_key(fact(predicate, "x"))
+    assert key == relation.attribute_key(fact(predicate, "x"))
 
 
 @pytest.mark.parametrize("new, old, similarity, expected", [
@@ -249,7 +255,7 @@ def test_predicates_map_to_attribute_keys(predicate, key):
     (pref("hiking"), fact("went", "hiking", kind="event"), 0.85, "distinct"),
 ])
 def test_relation_rules(new, old, similarity, expected):
-    assert expected == lifecycle.relation(new, old, similarity, Settings())
+    assert expected == relation.relation(new, old, similarity, Settings())
 
 
 # ---------------------------------------------------------------- views and freshness
@@ -276,11 +282,11 @@ def test_facts_do_not_fade_while_preferences_do(mem):
     # only freshness can tell their scores apart.
     line = mem.embedder.embed(["Alice allergic peanuts"])[0]
     ids = {}
-    with store.write(mem.conn):
+    with connection.write(mem.conn):
         for kind, when in [("fact", "2025-01-01T09:00:00"), ("fact", "2026-01-01T09:00:00"),
                            ("preference", "2025-01-01T09:00:00"), ("preference", "2026-01-01T09:00:00")]:
             record = {"kind": kind, "subject": "Alice", "predicate": "allergic", "object": "peanuts"}
-            ids[kind, when[:4]] = store.insert_atom(mem.conn, user="alice", record=record, confidence=0.8,
+            ids[kind, when[:4]] = db_rows.insert_atom(mem.conn, user="alice", record=record, confidence=0.8,
                                                     turn_ids=[], first_seen=when, last_seen=when, vector=line)
     score = {h.id: h.score for h in mem.search("allergic peanuts", user="alice", layer="atoms")}
     assert score[ids["fact", "2025"]] == pytest.approx(score[ids["fact", "2026"]])

@@ -23,7 +23,9 @@ import apsw
 import pytest
 
 import memdb
-from memdb import store, text
+from memdb import text
+from memdb.db import connection
+from memdb.db import rows as db_rows
 from tests.conftest import HashEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +55,7 @@ def _fail_on_third(real: Callable, where: str) -> Callable:
 def test_a_failure_half_way_through_add_writes_nothing(mem, monkeypatch, target, where):
     mem.add([{"content": "an earlier turn stays"}], user="alice")
     before = _counts(mem)
-    module = store if target == "insert_turn" else text
+    module = db_rows if target == "insert_turn" else text
     monkeypatch.setattr(module, target, _fail_on_third(getattr(module, target), where))
     with pytest.raises(OSError, match="disk full"):
         mem.add(MESSAGES, user="alice")
@@ -68,7 +70,7 @@ def test_a_late_first_open_keeps_the_vectors_of_an_early_one(db_path, monkeypatc
     # one had created them. Its stale look must not make it drop and recreate the vec0 tables.
     with memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as early:
         ids = early.add(MESSAGES, user="alice")
-        real_get_meta, stale = store.get_meta, {"embedder_dim"}
+        real_get_meta, stale = connection.get_meta, {"embedder_dim"}
 
         def get_meta(conn: Any, key: str) -> str | None:
             if key in stale:  # the first look at embedder_dim happened before the early commit
@@ -76,7 +78,7 @@ def test_a_late_first_open_keeps_the_vectors_of_an_early_one(db_path, monkeypatc
                 return None
             return real_get_meta(conn, key)
 
-        monkeypatch.setattr(store, "get_meta", get_meta)
+        monkeypatch.setattr(connection, "get_meta", get_meta)
         with memdb.open(db_path, embedder=HashEmbedder(), extract="defer"):
             pass
         assert not stale  # the stale look did happen
@@ -86,7 +88,7 @@ def test_a_late_first_open_keeps_the_vectors_of_an_early_one(db_path, monkeypatc
 def test_a_file_another_process_creates_during_the_check_is_not_called_foreign(db_path, monkeypatch):
     # Opening a new file races with another process creating it: the creator commits between
     # two statements of the check. The check must see the file before or after, never half.
-    real_check = store._check_file
+    real_check = connection._check_file
     other: list[memdb.Memory] = []
     state = {"in_other": False}
 
@@ -109,7 +111,7 @@ def test_a_file_another_process_creates_during_the_check_is_not_called_foreign(d
         finally:
             conn.exec_trace = None
 
-    monkeypatch.setattr(store, "_check_file", check_while_another_creates)
+    monkeypatch.setattr(connection, "_check_file", check_while_another_creates)
     try:
         with memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as mem:
             assert 1 == len(mem.add(MESSAGES[:1], user="alice"))
@@ -140,7 +142,7 @@ def test_a_file_locked_past_the_busy_timeout_raises_memdb_error(db_path, monkeyp
     locker.execute("pragma locking_mode = exclusive")
     locker.execute("begin exclusive")
     locker.execute("insert into meta values ('held', 'by another program')")
-    monkeypatch.setattr(store, "connect", functools.partial(store.connect, busy_timeout_ms=100))
+    monkeypatch.setattr(connection, "connect", functools.partial(connection.connect, busy_timeout_ms=100))
     try:
         with pytest.raises(memdb.MemdbError, match="locked"):
             memdb.open(db_path, embedder=None)
@@ -202,11 +204,10 @@ ROSE = [{"role": "user", "name": "Ana", "content": "I keep a rose garden behind 
 
 
 def test_two_processes_extracting_the_same_turns_absorb_them_once(db_path):
-    with memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as first, \
-            memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as second:
+    with memdb.open(db_path, embedder=HashEmbedder(), extract="defer", llm=HookedLLM()) as second, \
+            memdb.open(db_path, embedder=HashEmbedder(), extract="defer",
+                       llm=HookedLLM(during=lambda: second.extract())) as first:  # the other one finishes first
         ids = first.add(ROSE, user="ana")
-        second._llm = HookedLLM()
-        first._llm = HookedLLM(during=lambda: second.extract())  # the other one finishes first
         counts = first.extract()
         (atom,) = first.profile("ana")
         assert (1, ids) == (atom.seen, atom.turn_ids)  # not merged into itself a second time
@@ -214,10 +215,10 @@ def test_two_processes_extracting_the_same_turns_absorb_them_once(db_path):
 
 
 def test_a_turn_forgotten_while_the_model_runs_gets_no_atom(db_path):
-    with memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as mem, \
-            memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as other:
+    with memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as other, \
+            memdb.open(db_path, embedder=HashEmbedder(), extract="defer",
+                       llm=HookedLLM(during=lambda: other.forget(turn_id=tid))) as mem:
         (tid,) = mem.add(ROSE, user="ana")
-        mem._llm = HookedLLM(during=lambda: other.forget(turn_id=tid))
         mem.extract()  # must not raise, nor write an atom citing a turn that is gone
         assert ([], 0) == (mem.profile("ana"), mem.stats()["atoms"])
         assert [] == mem.conn.execute("pragma foreign_key_check").fetchall()

@@ -8,7 +8,13 @@ import logging
 import pytest
 
 import memdb
-from memdb import codec, lifecycle, search, store
+from memdb.settings import Settings
+from memdb import codec
+from memdb.db import connection
+from memdb.db import rows as db_rows
+from memdb.search import fusion as search_fusion
+from memdb.search import query as search_query
+from memdb.lifecycle import absorb
 
 
 def add_atom(mem, user: str, record: dict, turn_ids: list[int], confidence: float = 0.9) -> int:
@@ -16,8 +22,8 @@ def add_atom(mem, user: str, record: dict, turn_ids: list[int], confidence: floa
     record = codec.validate(record)
     ts = max(t["ts"] for t in mem.turns(turn_ids))
     vector = mem.embedder.embed([codec.canonical_text(record)])[0] if mem.embedder else None
-    with store.write(mem.conn):
-        return lifecycle.absorb(mem.conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids,
+    with connection.write(mem.conn):
+        return absorb.absorb(mem.conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids,
                                 ts=ts, vector=vector, settings=mem.settings)[1]
 
 
@@ -50,15 +56,17 @@ def test_both_fusion_modes_rank_the_matching_atom_first(mem, alice, fusion):
 
 
 def test_fusion_sql_is_one_statement_with_both_sides():
-    sides = search.Sides(atom_keyword="atom_match", atom_vector="knn", turn_keyword="turn_match", turn_vector="knn")
-    sql = search.fusion_sql(sides, include_superseded=False)
-    assert 1 == sql.count("with ") and "atoms_fts" in sql and "atoms_vec" in sql and "turns_vec" in sql
-    assert "k = :pool" in sql and "user = :user" in sql
+    sides = search_fusion.Sides(atom_keyword="atom_match", atom_vector="atom_vector_hits",
+                                turn_keyword="turn_match", turn_vector="turn_vector_hits")
+    sql = search_fusion.fusion_sql(sides, Settings(), include_superseded=False)
+    assert 1 == sql.count("with ") and "atoms_fts" in sql and "turns_fts" in sql
+    assert "limit :pool" in sql and "user = :user" in sql
 
 
-def test_fusion_sql_reads_a_copied_vector_side_from_json():
-    sides = search.Sides(atom_keyword="atom_match", atom_vector="copy:atom_vector_hits")
-    sql = search.fusion_sql(sides, include_superseded=False)
+def test_fusion_sql_reads_the_vector_side_from_json_whoever_ranked_it():
+    # vec0 KNN or the in-memory copy: index/vectors.py answers, the statement reads its list.
+    sides = search_fusion.Sides(atom_keyword="atom_match", atom_vector="atom_vector_hits")
+    sql = search_fusion.fusion_sql(sides, Settings(), include_superseded=False)
     assert "json_each(:atom_vector_hits)" in sql and "atoms_vec" not in sql
 
 
@@ -98,8 +106,8 @@ def test_search_is_scoped_to_user(mem, alice):
 
 def test_superseded_atoms_are_excluded_unless_asked(mem, alice):
     _, atoms = alice
-    with store.write(mem.conn):
-        store.set_atom_status(mem.conn, atoms["db"], "superseded")
+    with connection.write(mem.conn):
+        db_rows.set_atom_status(mem.conn, atoms["db"], "superseded")
     assert atoms["db"] not in [h.id for h in mem.search("PostgreSQL database", user="alice", layer="atoms")]
     hits = mem.search("PostgreSQL database", user="alice", layer="atoms", include_superseded=True)
     assert atoms["db"] == hits[0].id and "superseded" == hits[0].status
@@ -135,9 +143,9 @@ def test_context_shows_conflicting_atoms_together(mem, alice):
     turns, atoms = alice
     (tid,) = mem.add([{"content": "Actually we use MySQL", "ts": "2026-10-01T10:00:00"}], user="alice")
     other = add_atom(mem, "alice", {"kind": "fact", "subject": "backend", "predicate": "database is", "object": "MySQL"}, [tid])
-    with store.write(mem.conn):
+    with connection.write(mem.conn):
         for atom_id in (atoms["db"], other):
-            store.set_atom_status(mem.conn, atom_id, "conflicting")
+            db_rows.set_atom_status(mem.conn, atom_id, "conflicting")
         mem.conn.execute("insert into atom_conflicts values (?, ?, ?)", (atoms["db"], other, "2026-10-01T10:00:00"))
     block = mem.context("PostgreSQL", user="alice", budget=300, layer="atoms", k=1)
     assert "PostgreSQL" in block and "MySQL" in block and "conflicts" in block
@@ -153,11 +161,11 @@ def test_profile_and_events(mem, alice):
 
 
 def test_intent_classifier():
-    assert "time" == search.intent("When did Caroline go to the support group?")
-    assert "time" == search.intent("v2 什么时候发布的？")
-    assert "preference" == search.intent("Any movie you would recommend?")
-    assert "lookup" == search.intent("What database do we use?")
-    assert "open" == search.intent("tell me something fun")
+    assert "time" == search_query.intent("When did Caroline go to the support group?")
+    assert "time" == search_query.intent("v2 什么时候发布的？")
+    assert "preference" == search_query.intent("Any movie you would recommend?")
+    assert "lookup" == search_query.intent("What database do we use?")
+    assert "open" == search_query.intent("tell me something fun")
 
 
 def test_vector_failure_falls_back_to_keywords(mem, alice, caplog):
@@ -202,8 +210,8 @@ def test_turn_lines_name_the_role_when_no_speaker(mem):
 
 def test_turns_the_prefilter_skipped_rank_lower(mem):
     first, second = mem.add([{"content": "hello hello train"}, {"content": "hello hello train"}], user="u")
-    with store.write(mem.conn):
-        store.set_turn_state(mem.conn, first, "skipped", "greeting")
+    with connection.write(mem.conn):
+        db_rows.set_turn_state(mem.conn, first, "skipped", "greeting")
     hits = mem.search("hello train", user="u", layer="turns")
     assert [second, first] == [h.id for h in hits]
     assert pytest.approx(0.5) == hits[1].score / hits[0].score
@@ -218,8 +226,8 @@ def test_atom_is_found_by_words_of_its_source_turn(mem, alice):
 def test_forgetting_one_source_removes_its_words_from_the_atom_index(mem, alice):
     turns, atoms = alice
     (extra,) = mem.add([{"content": "Sci-fi again: Dune is my favourite zorblax."}], user="alice")
-    with store.write(mem.conn):
-        store.add_sources(mem.conn, atoms["scifi"], [extra])
+    with connection.write(mem.conn):
+        db_rows.add_sources(mem.conn, atoms["scifi"], [extra])
     assert atoms["scifi"] == mem.search("zorblax", user="alice", layer="atoms")[0].id
     mem.forget(turn_id=extra)
     assert [] == mem.conn.execute("select rowid from atoms_fts where atoms_fts match 'zorblax'").fetchall()

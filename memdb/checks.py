@@ -1,0 +1,97 @@
+"""Argument checks shared by every entry point: names, times and ids.
+
+Each check returns the clean value or raises InvalidInput naming the argument, before anything
+is written, so bad input never leaves half a change behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from .errors import InvalidInput
+
+# What str.splitlines() breaks on, and tab: none of it belongs in a one-line name.
+_LINE_BREAKS = frozenset("\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def now() -> str:
+    """The current UTC time as memdb stores times: 'YYYY-MM-DDTHH:MM:SS'."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def check_name(value: object, field: str) -> str:
+    """A user or session id: a non-empty printable string."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{field} must be a string, not {type(value).__name__}")
+    if not value or len(value) > 256:
+        raise InvalidInput(f"{field} must be 1 to 256 characters long")
+    check_text(value, field)
+    breaks = [ch for ch in value if ch in _LINE_BREAKS]
+    if breaks:  # a speaker name is printed into the extraction prompt: one line, or it forges lines
+        raise InvalidInput(f"{field} holds {breaks[0]!r}; names are one line of printable text")
+    return value
+
+
+def check_text(value: str, field: str) -> None:
+    """Valid Unicode without control characters (tab and line breaks allowed)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{field} holds a lone surrogate at position {exc.start}; send valid Unicode") from None
+    for i, ch in enumerate(value):
+        if ch < " " and ch not in "\t\n\r" or ch == "\x7f":
+            raise InvalidInput(f"{field} holds control character {ch!r} at position {i}; strip it first")
+
+
+def parse_ts(value: object, field: str) -> str:
+    """ISO 8601 text for a datetime, a date or an ISO string; aware times are kept in UTC."""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise InvalidInput(f"{field} {value[:40]!r} is not an ISO 8601 time such as 2026-10-05T10:00:00") from None
+    elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime(value.year, value.month, value.day)
+    if not isinstance(value, dt.datetime):
+        raise InvalidInput(f"{field} must be an ISO 8601 string or a datetime, not {type(value).__name__}")
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return value.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def check_id(value: Any) -> int:
+    """One row id: an int (a bool is not an id)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidInput(f"an id must be an integer, not {type(value).__name__}")
+    return value
+
+
+def check_ids(ids: Any, field: str) -> list[int]:
+    """A list of row ids."""
+    # A str is iterable and would be read as one id per character; a None or a dict would
+    # reach SQLite as a binding it cannot take.
+    if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise InvalidInput(f"{field} must be a list of integer ids, not {str(ids)[:60]!r}")
+    return list(ids)
+
+
+def check_texts(texts: Any) -> list[str]:
+    """What an embedder embeds: a list of strings."""
+    # A lone string would otherwise be embedded character by character.
+    if isinstance(texts, str):
+        raise InvalidInput("embed() takes a list of strings, not one string: wrap it in a list")
+    texts = list(texts)
+    for t in texts:
+        if not isinstance(t, str):
+            raise InvalidInput(f"embed() takes strings, got {type(t).__name__}")
+    return texts
+
+
+def check_count(value: Any, field: str, *, most: int | None = None) -> int:
+    """A positive integer, at most `most` when given."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1 and (most is None or value <= most)
+    if not ok:
+        bound = f"an integer from 1 to {most}" if most is not None else "a positive integer"
+        raise InvalidInput(f"{field} must be {bound}, not {value!r}")
+    return value

@@ -1,0 +1,196 @@
+"""The connection to a memdb file: pragmas, the file check, schema creation and migrations,
+write transactions, the meta table and the vec0 tables an embedder needs.
+
+A file is checked before anything is written to it, and a file already at this schema version
+is only read on open. Double-quoted string literals are off (SQLite's DQS misfeature), so a
+misspelt "name" fails instead of silently becoming a string.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+import sqlite_vec
+
+from ..checks import now
+from ..errors import EmbedderMismatch, SchemaError
+
+APPLICATION_ID = 0x6D656D64  # "memd"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 30_000
+
+# Migrations: MIGRATIONS[v] takes a file from user_version v to v + 1. Empty at version 1.
+MIGRATIONS: dict[int, str] = {}
+
+
+def schema_sql() -> str:
+    """The text of schema.sql as shipped in the package."""
+    return importlib.resources.files("memdb").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+def _schema_parts() -> tuple[str, str]:
+    core, _, vectors = schema_sql().partition("-- [vectors]")
+    return core, vectors
+
+
+def connect(path: str | Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> apsw.Connection:
+    """Open (or create) a memdb file and bring it to the current schema.
+
+    The file is checked before anything is written to it: a foreign SQLite file, a newer
+    memdb file or a corrupt file raises SchemaError and stays untouched.
+    """
+    path = str(path)
+    try:
+        conn = apsw.Connection(path)
+    except apsw.Error as exc:
+        raise SchemaError(f"cannot open {path!r}: {exc}") from exc
+    try:
+        conn.set_busy_timeout(busy_timeout_ms)
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        conn.enable_load_extension(False)
+        conn.config(apsw.SQLITE_DBCONFIG_DQS_DML, 0)
+        conn.config(apsw.SQLITE_DBCONFIG_DQS_DDL, 0)
+        _check_file(conn, path)
+        conn.execute("pragma foreign_keys = on")
+        conn.execute("pragma secure_delete = on")
+        if path != ":memory:" and not path.startswith("file::memory:"):
+            _use_wal(conn, busy_timeout_ms)
+        conn.execute("pragma synchronous = full")
+        _create_or_migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _use_wal(conn: apsw.Connection, busy_timeout_ms: int) -> None:
+    """Switch the file to WAL. SQLite does not call the busy handler for this switch, so
+    while another process holds a new file (creating it), retry until the busy timeout."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            conn.execute("pragma journal_mode = wal")
+            return
+        except apsw.BusyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _check_file(conn: apsw.Connection, path: str) -> None:
+    try:
+        # One statement, so one snapshot: read one by one, a file another process is creating
+        # right now could show its tables but not yet its application_id, and look foreign.
+        app_id, version, tables = conn.execute(
+            "select (select application_id from pragma_application_id), "
+            "(select user_version from pragma_user_version), (select count(*) from sqlite_schema)"
+        ).fetchone()
+    except (apsw.NotADBError, apsw.CorruptError) as exc:
+        raise SchemaError(f"{path!r} is not a readable SQLite file ({exc}); it was left untouched") from exc
+    if tables and app_id != APPLICATION_ID:
+        raise SchemaError(
+            f"{path!r} is an SQLite file but not a memdb file (application_id {app_id}); "
+            "open a memdb file or a new path"
+        )
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path!r} has memdb schema version {version}, newer than this memdb "
+            f"({SCHEMA_VERSION}); upgrade memdb to open it"
+        )
+
+
+def _create_or_migrate(conn: apsw.Connection) -> None:
+    # A file already at this version is only read: opening it writes nothing, so a file that
+    # turns out to be damaged later is left exactly as it was found.
+    if conn.execute("pragma user_version").fetchone()[0] == SCHEMA_VERSION:
+        return
+    with write(conn):
+        version = conn.execute("pragma user_version").fetchone()[0]
+        if version == 0:
+            conn.execute(_schema_parts()[0])
+            set_meta(conn, "schema_version", str(SCHEMA_VERSION))
+            set_meta(conn, "created_at", now())
+        for step in range(max(version, 1), SCHEMA_VERSION):
+            conn.execute(MIGRATIONS[step])
+        conn.execute(f"pragma user_version = {SCHEMA_VERSION}")
+        if version not in (0, SCHEMA_VERSION):
+            set_meta(conn, "schema_version", str(SCHEMA_VERSION))
+
+
+@contextlib.contextmanager
+def write(conn: apsw.Connection) -> Iterator[None]:
+    """One write transaction, taken with BEGIN IMMEDIATE so concurrent writers wait on the
+    busy timeout instead of failing on a lock upgrade. Nested use joins the outer one."""
+    if not conn.getautocommit():
+        with conn:  # a savepoint inside the outer transaction
+            yield
+        return
+    conn.execute("begin immediate")
+    try:
+        yield
+    except BaseException:
+        conn.execute("rollback")
+        raise
+    conn.execute("commit")
+
+
+def get_meta(conn: apsw.Connection, key: str) -> str | None:
+    row = conn.execute('select "value" from "meta" where "key" = ?', (key,)).fetchone()
+    return row[0] if row else None
+
+
+def set_meta(conn: apsw.Connection, key: str, value: str | None) -> None:
+    conn.execute(
+        'insert into "meta" ("key", "value") values (?, ?) '
+        'on conflict ("key") do update set "value" = excluded."value"',
+        (key, value),
+    )
+
+
+def has_vectors(conn: apsw.Connection) -> bool:
+    return conn.execute("select 1 from sqlite_schema where name = 'atoms_vec'").fetchone() is not None
+
+
+def ensure_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
+    """Create the vec0 tables for an embedder, or refuse one whose dimension differs."""
+    if _vectors_held(conn, name, dim):
+        return
+    with write(conn):
+        # Look again under the write lock: several processes opening a new file at once all
+        # see no vectors, and a second create_vectors would drop the first one's vectors.
+        if not _vectors_held(conn, name, dim):
+            create_vectors(conn, name, dim)
+
+
+def _vectors_held(conn: apsw.Connection, name: str, dim: int) -> bool:
+    held = get_meta(conn, "embedder_dim")
+    if held is not None and int(held) != dim:
+        raise EmbedderMismatch(
+            f"this file holds {held}-dimensional vectors from {get_meta(conn, 'embedder_name')!r}, "
+            f"but the embedder {name!r} makes {dim}-dimensional ones; open it with the same "
+            "embedder, or rebuild the vectors with `memdb reembed`"
+        )
+    return held is not None and has_vectors(conn)
+
+
+def create_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
+    """(Re)create empty vec0 tables for dim and record the embedder. Call inside write()."""
+    conn.execute('drop table if exists "atoms_vec"')
+    conn.execute('drop table if exists "turns_vec"')
+    conn.execute(_schema_parts()[1].replace("{dim}", str(int(dim))))
+    set_meta(conn, "embedder_name", name)
+    set_meta(conn, "embedder_dim", str(int(dim)))
+    vectors_changed(conn)
+
+
+def vectors_changed(conn: apsw.Connection) -> None:
+    """Record that vectors were deleted or rebuilt, not only added: in-process copies of
+    them (cache.py) reload instead of appending. Call inside write()."""
+    epoch = int(get_meta(conn, "vectors_epoch") or 0)
+    set_meta(conn, "vectors_epoch", str(epoch + 1))

@@ -1,0 +1,347 @@
+"""The rows of the file: turns, atoms, their sources and conflicts, written together with
+their FTS rows and vectors, and read back as Atom and Hit.
+
+Everything that keeps a row in step with its index rows is here, so the rest of memdb reads as
+what it does (extract, merge, search) rather than how rows are kept in step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import apsw
+import numpy as np
+
+from .. import codec, text
+from ..checks import now
+from ..vecmath import as_blob
+from ..errors import InvalidInput
+from . import connection
+
+SOURCE_INDEX_CHARS = 4_000  # of an atom's source turns' text indexed with it (atoms_fts.source)
+
+# An atom's source turn ids as one SQL value ('3,7'); parse_ids reads it back.
+SOURCE_IDS = '(select group_concat(s."turn_id") from "atom_sources" s where s."atom_id" = a."id")'
+
+
+@dataclass
+class Atom:
+    """An L1 atom as read back from the file."""
+
+    id: int
+    user: str
+    kind: str
+    text: str
+    record: dict
+    confidence: float
+    seen: int
+    first_seen: str
+    last_seen: str
+    valid_from: str | None
+    valid_to: str | None
+    status: str
+    superseded_by: int | None
+    turn_ids: list[int]
+
+
+@dataclass
+class Hit:
+    """One search result: an atom or a raw turn, with the L0 turns it stands for."""
+
+    id: int
+    layer: str  # "atom" | "turn"
+    text: str
+    score: float
+    turn_ids: list[int]
+    ts: str  # an event's date, else when it was last said
+    kind: str | None = None  # atoms only
+    status: str | None = None  # atoms only
+    speaker: str | None = None  # turns only
+    conflicts: list[int] = field(default_factory=list)  # atoms that disagree with this one
+
+
+def user_tag(user: str) -> str:
+    """The FTS token that scopes a match to one user (see schema.sql)."""
+    return "u" + hashlib.blake2b(user.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def parse_ids(value: object) -> list[int]:
+    """Ids from a group_concat ('3,7' or one integer), ascending."""
+    return sorted(int(t) for t in str(value).split(",")) if value is not None and value != "" else []
+
+
+# ---------------------------------------------------------------- L0 turns
+
+
+def next_seq(conn: apsw.Connection, user: str, session: str) -> int:
+    row = conn.execute(
+        'select coalesce(max("seq"), 0) from "turns" where "user" = ? and "session" = ?',
+        (user, session),
+    ).fetchone()
+    return row[0] + 1
+
+
+def insert_turn(
+    conn: apsw.Connection,
+    *,
+    user: str,
+    session: str,
+    seq: int,
+    role: str,
+    speaker: str | None,
+    content: str,
+    ts: str,
+    vector: np.ndarray | None,
+) -> int:
+    """Write one turn with its FTS row and vector. Call inside write()."""
+    conn.execute(
+        'insert into "turns" ("user", "session", "seq", "role", "speaker", "content", "ts", "created_at") '
+        "values (?, ?, ?, ?, ?, ?, ?, ?)",
+        (user, session, seq, codec.ROLES[role], speaker, content, ts, now()),
+    )
+    turn_id = conn.last_insert_rowid()
+    conn.execute(
+        'insert into "turns_fts" ("rowid", "u", "speaker", "content") values (?, ?, ?, ?)',
+        (turn_id, user_tag(user), speaker or "", text.segment(content)),
+    )
+    if vector is not None:
+        conn.execute(
+            'insert into "turns_vec" ("turn_id", "user", "embedding") values (?, ?, ?)',
+            (turn_id, user, as_blob(vector)),
+        )
+    return turn_id
+
+
+def set_turn_state(conn: apsw.Connection, turn_id: int, state: str, reason: str | None) -> None:
+    conn.execute(
+        'update "turns" set "state" = ?, "reason" = ? where "id" = ?',
+        (codec.STATES[state], reason, turn_id),
+    )
+
+
+# ---------------------------------------------------------------- L1 atoms
+
+
+def insert_atom(
+    conn: apsw.Connection,
+    *,
+    user: str,
+    record: dict,
+    confidence: float,
+    turn_ids: Sequence[int],
+    first_seen: str,
+    last_seen: str,
+    vector: np.ndarray | None,
+) -> int:
+    """Write one atom with its sources, FTS row and vector. Call inside write()."""
+    line = codec.canonical_text(record)
+    keywords = " ".join(text.terms(line))
+    valid_from = record.get("date") or first_seen
+    conn.execute(
+        'insert into "atoms" ("user", "kind", "record", "text", "keywords", "confidence", '
+        '"first_seen", "last_seen", "valid_from", "created_at") values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+        (user, codec.KINDS[record["kind"]], codec.pack(record), line, keywords,
+         _clamp(confidence), first_seen, last_seen, valid_from, now()),
+    )
+    atom_id = conn.last_insert_rowid()
+    _link_sources(conn, atom_id, turn_ids)
+    subject = " ".join(filter(None, (record.get("subject"), record.get("predicate"))))
+    value = " ".join(filter(None, (record.get("object"), record.get("domain"), record.get("outcome"))))
+    kind = " ".join(filter(None, (record["kind"], record.get("sentiment"))))
+    conn.execute(
+        'insert into "atoms_fts" ("rowid", "u", "subject", "value", "body", "kind", "source") '
+        "values (?, ?, ?, ?, ?, ?, ?)",
+        (atom_id, user_tag(user), text.segment(subject), text.segment(value), text.segment(line), kind,
+         _source_text(conn, atom_id)),
+    )
+    if vector is not None:
+        conn.execute(
+            'insert into "atoms_vec" ("atom_id", "user", "active", "embedding") values (?, ?, 1, ?)',
+            (atom_id, user, as_blob(vector)),
+        )
+    return atom_id
+
+
+def add_sources(conn: apsw.Connection, atom_id: int, turn_ids: Sequence[int]) -> None:
+    """Link more source turns to an atom (a merge) and re-index its source words."""
+    _link_sources(conn, atom_id, turn_ids)
+    reindex_sources(conn, atom_id)
+
+
+def _link_sources(conn: apsw.Connection, atom_id: int, turn_ids: Sequence[int]) -> None:
+    conn.executemany(
+        'insert or ignore into "atom_sources" ("atom_id", "turn_id") values (?, ?)',
+        [(atom_id, t) for t in turn_ids],
+    )
+
+
+def _source_text(conn: apsw.Connection, atom_id: int) -> str:
+    # The words of the atom's source turns, capped so a long turn cannot bloat the index.
+    rows = conn.execute(
+        'select t."content" from "atom_sources" s join "turns" t on t."id" = s."turn_id" '
+        'where s."atom_id" = ? order by t."id"',
+        (atom_id,),
+    ).fetchall()
+    return text.segment(" ".join(r[0] for r in rows)[:SOURCE_INDEX_CHARS])
+
+
+def reindex_sources(conn: apsw.Connection, atom_id: int) -> None:
+    """Rewrite the atom's FTS 'source' column from the source turns it has now."""
+    conn.execute('update "atoms_fts" set "source" = ? where "rowid" = ?', (_source_text(conn, atom_id), atom_id))
+
+
+def set_atom_status(conn: apsw.Connection, atom_id: int, status: str) -> None:
+    """Change an atom's status and keep the vector's 'active' flag in step."""
+    conn.execute('update "atoms" set "status" = ? where "id" = ?', (codec.STATUSES[status], atom_id))
+    if connection.has_vectors(conn):
+        conn.execute(
+            'update "atoms_vec" set "active" = ? where "atom_id" = ?',
+            (int(status != "superseded"), atom_id),
+        )
+
+
+def _clamp(confidence: float) -> float:
+    if not isinstance(confidence, (int, float)) or math.isnan(confidence):
+        raise InvalidInput(f"confidence must be a number between 0 and 1, not {confidence!r}")
+    return min(1.0, max(0.0, float(confidence)))
+
+
+def conflict_partners(conn: apsw.Connection, atom_id: int) -> list[int]:
+    """The atoms recorded as disagreeing with atom_id."""
+    return [r[0] for r in conn.execute(
+        'select "other_id" from "atom_conflicts" where "atom_id" = ?1 '
+        'union select "atom_id" from "atom_conflicts" where "other_id" = ?1', (atom_id,))]
+
+
+# ---------------------------------------------------------------- reading back
+
+_ATOM_COLUMNS = ('a."id", a."user", a."kind", a."text", a."record", a."confidence", a."seen", '
+                 'a."first_seen", a."last_seen", a."valid_from", a."valid_to", a."status", a."superseded_by"')
+
+
+def read_atoms(conn: apsw.Connection, where: str, args: tuple | dict, prefix: str = "") -> list[Atom]:
+    """Atoms of `select ... from "atoms" a {where}` (prefix: a WITH clause the where uses)."""
+    rows = conn.execute(f'{prefix} select {_ATOM_COLUMNS}, {SOURCE_IDS} from "atoms" a {where}', args).fetchall()
+    return [
+        Atom(id=r[0], user=r[1], kind=codec.KIND_NAMES[r[2]], text=r[3], record=codec.unpack(r[4]),
+             confidence=r[5], seen=r[6], first_seen=r[7], last_seen=r[8], valid_from=r[9],
+             valid_to=r[10], status=codec.STATUS_NAMES[r[11]], superseded_by=r[12], turn_ids=parse_ids(r[13]))
+        for r in rows
+    ]
+
+
+TURN_KEYS = ("id", "user", "session", "seq", "role", "speaker", "content", "ts", "state", "reason")
+
+
+def read_turns(conn: apsw.Connection, turn_ids: Sequence[int], user: str | None = None) -> list[dict]:
+    """L0 rows by id as dicts (of user only, when given), in id order."""
+    marks = ",".join("?" * len(turn_ids))
+    columns = ", ".join(f'"{k}"' for k in TURN_KEYS)
+    sql = (f'select {columns} from "turns" where "id" in ({marks})'
+           + (' and "user" = ?' if user is not None else "") + ' order by "id"')
+    args = (*turn_ids, user) if user is not None else tuple(turn_ids)
+    out = [dict(zip(TURN_KEYS, r)) for r in conn.execute(sql, args).fetchall()]
+    for row in out:
+        row["role"], row["state"] = codec.ROLE_NAMES[row["role"]], codec.STATE_NAMES[row["state"]]
+    return out
+
+
+# The columns a Hit is made from, for an atom (alias a) and a turn (alias t).
+ATOM_HIT = (f'\'atom\', a."id", a."text", {{score}}, {SOURCE_IDS}, '
+            f'case when a."kind" = {codec.KINDS["event"]} then a."valid_from" else a."last_seen" end, '
+            'a."kind", a."status", null')
+TURN_HIT = ('\'turn\', t."id", t."content", {score}, cast(t."id" as text), t."ts", null, null, '
+            'coalesce(t."speaker", (select r."name" from "roles" r where r."code" = t."role"))')
+
+
+def hit(row: tuple) -> Hit:
+    """A Hit from a row of ATOM_HIT or TURN_HIT columns."""
+    layer, id_, line, score, turn_ids, ts, kind, status, speaker = row
+    return Hit(id=id_, layer=layer, text=line, score=float(score or 0.0), turn_ids=parse_ids(turn_ids), ts=ts,
+               kind=codec.KIND_NAMES.get(kind), status=codec.STATUS_NAMES.get(status), speaker=speaker)
+
+
+# Every atom linked to ? through superseded_by, in either direction: one version chain.
+CHAIN_CTE = """
+with recursive chain("id") as (
+    select ?
+    union
+    select a."id" from "atoms" a join chain c on a."superseded_by" = c."id"
+    union
+    select a."superseded_by" from "atoms" a join chain c on a."id" = c."id"
+    where a."superseded_by" is not null
+)"""
+
+
+def history(conn: apsw.Connection, atom_id: int) -> list[Atom]:
+    """The chain of versions atom_id belongs to, oldest first."""
+    return read_atoms(conn, 'where a."id" in (select "id" from chain) order by a."first_seen", a."id"',
+                      (atom_id,), prefix=CHAIN_CTE)
+
+
+def profile(conn: apsw.Connection, user: str) -> list[Atom]:
+    """The user's held facts, preferences and constraints."""
+    return read_atoms(conn, f'where a."user" = ? and a."status" in {codec.HELD} and a."kind" != ?',
+                      (user, codec.KINDS["event"]))
+
+
+def events(conn: apsw.Connection, user: str, since: str, until: str) -> list[Atom]:
+    """The user's held events dated from since to until, in time order."""
+    return read_atoms(conn, f'where a."user" = ? and a."kind" = ? and a."status" in {codec.HELD} '
+                      'and a."valid_from" >= ? and a."valid_from" <= ? order by a."valid_from", a."id"',
+                      (user, codec.KINDS["event"], since, until))
+
+
+def user_atoms(conn: apsw.Connection, user: str) -> list[Atom]:
+    """Every atom of user, any status, in id order."""
+    return read_atoms(conn, 'where a."user" = ? order by a."id"', (user,))
+
+
+def user_turn_ids(conn: apsw.Connection, user: str) -> list[int]:
+    return [r[0] for r in conn.execute('select "id" from "turns" where "user" = ? order by "id"', (user,))]
+
+
+def exists(conn: apsw.Connection, table: str, row_id: int, user: str | None = None) -> bool:
+    """Whether table ("atoms" | "turns") has row_id (of user, when given)."""
+    sql = f'select 1 from "{table}" where "id" = ?' + (' and "user" = ?' if user is not None else "")
+    return conn.execute(sql, (row_id, user) if user is not None else (row_id,)).fetchone() is not None
+
+
+def counts(conn: apsw.Connection) -> tuple[int, int]:
+    """How many turns and atoms the file holds."""
+    return conn.execute('select (select count(*) from "turns"), (select count(*) from "atoms")').fetchone()
+
+
+def recent_contents(conn: apsw.Connection, user: str, session: str, n: int) -> list[str]:
+    """The text of the session's last n turns, newest first."""
+    return [r[0] for r in conn.execute('select "content" from "turns" where "user" = ? and "session" = ? '
+                                       'order by "seq" desc limit ?', (user, session, n))]
+
+
+def stats(conn: apsw.Connection, user: str | None) -> dict:
+    """Counts and sizes for one user, or the whole file."""
+    where, args = ('where "user" = ?', (user,)) if user is not None else ("", ())
+    held = f'"status" != {codec.STATUSES["superseded"]}'
+    turns = dict(conn.execute(f'select "state", count(*) from "turns" {where} group by 1', args).fetchall())
+    atoms = dict(conn.execute(f'select "status", count(*) from "atoms" {where} group by 1', args).fetchall())
+    chars = conn.execute(
+        f'select (select coalesce(sum(length("content")), 0) from "turns" {where}), '
+        f'(select coalesce(sum(length("text")), 0) from "atoms" {"where " + held + (" and" + where[5:] if where else "")})',
+        args * 2,
+    ).fetchone()
+    users = conn.execute('select count(distinct "user") from "turns"').fetchone()[0]
+    page_count = conn.execute("pragma page_count").fetchone()[0]
+    page_size = conn.execute("pragma page_size").fetchone()[0]
+    return {
+        "users": users if user is None else 1,
+        "turns": sum(turns.values()),
+        "turns_by_state": {codec.STATE_NAMES[s]: n for s, n in sorted(turns.items())},
+        "atoms": sum(atoms.values()),
+        "atoms_by_status": {codec.STATUS_NAMES[s]: n for s, n in sorted(atoms.items())},
+        "turn_chars": chars[0],
+        "active_atom_chars": chars[1],
+        "file_bytes": page_count * page_size,
+    }

@@ -1,0 +1,156 @@
+"""Normalisation: a raw atom's fields made canonical — subject (first person → the speaker),
+kind and sentiment from closed sets (the model's word through synonym maps, else rules), time
+words resolved to absolute dates, and a confidence from how explicit the statement was.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from .. import text, timeparse
+from ..settings import Settings
+from .records import Turn
+
+_KIND_SYNONYMS = {
+    "f": "fact", "fact": "fact", "facts": "fact", "info": "fact", "information": "fact", "attribute": "fact",
+    "state": "fact", "status": "fact", "事实": "fact",
+    "p": "preference", "preference": "preference", "preferences": "preference", "pref": "preference",
+    "like": "preference", "likes": "preference", "dislike": "preference", "taste": "preference", "偏好": "preference",
+    "c": "constraint", "constraint": "constraint", "constraints": "constraint", "rule": "constraint",
+    "rules": "constraint", "restriction": "constraint", "limit": "constraint", "requirement": "constraint",
+    "约束": "constraint", "限制": "constraint", "禁止": "constraint",
+    "e": "event", "event": "event", "events": "event", "activity": "event", "action": "event",
+    "experience": "event", "plan": "event", "事件": "event",
+}
+_SENTIMENT_SYNONYMS = {
+    "like": "like", "likes": "like", "positive": "like", "pos": "like", "love": "like", "loves": "like",
+    "enjoys": "like", "enjoy": "like", "fond of": "like", "favorite": "like", "favourite": "like", "+": "like",
+    "喜欢": "like", "爱": "like", "正面": "like",
+    "dislike": "dislike", "dislikes": "dislike", "negative": "dislike", "neg": "dislike", "hates": "dislike",
+    "hate": "dislike", "-": "dislike", "讨厌": "dislike", "不喜欢": "dislike", "负面": "dislike",
+    "neutral": "neutral", "none": "neutral", "中性": "neutral", "0": "neutral",
+}
+_DISLIKE_PREDICATE = re.compile(
+    r"\b(?:hates?|dislikes?|can't stand|cannot stand|can not stand|detests?|loathes?|(?:does ?n[o']t|do ?n[o']t|"
+    r"never) (?:like|enjoy|love)s?|not (?:a )?fan of|avoids?)\b|不喜欢|讨厌|厌恶|受不了|反感|不爱", re.I)
+_LIKE_PREDICATE = re.compile(
+    r"\b(?:likes?|loves?|enjoys?|adores?|prefers?|fond of|into|favou?rites?|fan of|passionate about|"
+    r"is passionate|a big fan)\b|喜欢|爱|偏爱|偏好|热爱|最爱", re.I)
+_FIRST_PERSON = {"i", "me", "myself", "i'm", "im", "the speaker", "speaker", "我", "我自己", "本人", "自己"}
+_USER_WORDS = {"user", "the user", "用户", "该用户"}
+_HEDGES = re.compile(
+    r"\b(?:maybe|perhaps|probably|possibly|might|i think|i guess|i suppose|not sure|kind of|sort of|"
+    r"hopefully|considering|thinking about|thinking of)\b|可能|也许|大概|好像|或许|我觉得|估计|说不定|考虑", re.I)
+
+
+_CONSTRAINT_WORDS = re.compile(
+    r"\b(?:must|mustn't|never|can't|cannot|can not|not allowed|allergic|forbid\w*|avoids?|banned|"
+    r"no longer allowed|has to|have to|needs? to|only)\b|不能|禁止|不要|不许|不准|不可|别|必须|只能|过敏|忌", re.I)
+_EVENT_WORDS = re.compile(
+    r"\b(?:\w+ed|went|got|lost|made|took|saw|met|had|did|bought|ran|began|won|found|gave|told|came|left|"
+    r"wrote|read|sold|built|drew|flew|drove|threw|held|taught|brought|caught|felt|kept|heard|paid|sent|"
+    r"spent|grew|chose|became|is going|are going|will|plans? to|planning|going to)\b|了|过|刚|将要|打算|计划", re.I)
+
+
+def kind(value: str | None, record: dict, sentiment: str) -> str:
+    """The model's kind if it gave one (mapped through the synonyms), else decided by rules:
+    a rule or limit → constraint, a like/dislike → preference, something done or planned → event."""
+    if value:
+        return _KIND_SYNONYMS.get(value.strip().lower(), "fact")
+    words = " ".join(record.get(f, "") for f in ("predicate", "object"))
+    if _CONSTRAINT_WORDS.search(words):
+        return "constraint"
+    if sentiment != "neutral":
+        return "preference"
+    if record.get("when") or _EVENT_WORDS.search(record.get("predicate", "")):
+        return "event"
+    return "fact"
+
+
+def sentiment(raw: dict[str, Any], predicate: str) -> str:
+    explicit = _SENTIMENT_SYNONYMS.get(str(raw.get("sentiment", "")).strip().lower())
+    if explicit:
+        return explicit
+    if _DISLIKE_PREDICATE.search(predicate):
+        return "dislike"
+    if _LIKE_PREDICATE.search(predicate):
+        return "like"
+    return "neutral"
+
+
+def person(value: str, speaker: str, zh: bool, names: Iterable[str] = ()) -> str:
+    """First person (and "the user") → the speaker; "my X" → "Speaker's X", "我的X" → "Speaker的X"."""
+    low = value.lower()
+    if low in _FIRST_PERSON or low in _USER_WORDS:
+        return speaker
+    if names:  # a short form of a speaker's name ("Mel") → the name as the speakers are known
+        for name in names:
+            if len(low) >= 3 and name.lower().startswith(low) and name.lower() != low:
+                return name
+    if low.startswith("my "):
+        return f"{speaker}'s {value[3:]}"
+    if value.startswith("我的"):
+        return f"{speaker}的{value[2:]}"
+    return value
+
+
+_VAGUE_TIME = re.compile(
+    r"\b(?:recently|lately|soon|ago|since|earlier|later|once|years?|months?|weeks?|days?|tonight|morning|"
+    r"afternoon|evening|weekend|childhood|summer|winter|spring|fall|autumn|now|currently|nowadays)\b|"
+    r"最近|以前|之前|以后|刚才|小时候|时候|年|月|周|天|早上|晚上|现在", re.I)
+
+
+_ZH_DONE = re.compile(r"刚|了|过|完成|做完")
+
+
+def is_time(words: str, ts: str) -> bool:
+    """Whether the model's `when` is a time at all (resolvable, or a vague one such as "recently")."""
+    return bool(timeparse.find(words, ts)) or _VAGUE_TIME.search(words) is not None
+
+
+def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> dict:
+    """Set `when`/`date` from the model's time words when the turn says them, else (for events)
+    from a time phrase in the turn's sentence the atom came from."""
+    if when and when.lower() not in turn.content.lower():
+        when = None  # time words the turn never said: the atom stays, undated
+    # A time phrase inside the object or predicate belongs in `when` when the turn said it, and
+    # nowhere when it did not (a small model copies the example's "前天" into other atoms).
+    for part in ("object", "predicate"):
+        value = record.get(part, "")
+        for phrase, _ in timeparse.find(value, turn.ts):
+            if len(value) > len(phrase) + 2:
+                record[part] = " ".join(value.replace(phrase, " ").split()).strip(" ,，")
+                if phrase.lower() in turn.content.lower():
+                    when = when or phrase
+    if record["kind"] == "fact" and _ZH_DONE.search(" ".join(record.get(f, "") for f in ("predicate", "object"))):
+        record["kind"] = "event"  # 刚做完 / 做了 / 去过: something happened
+    if not when and record["kind"] == "event":
+        found = timeparse.find(sentence, turn.ts) or (timeparse.find(turn.content, turn.ts)
+                                                      if len(timeparse.find(turn.content, turn.ts)) == 1 else [])
+        if found:
+            when = found[0][0]
+    if when:
+        record["when"] = when
+        resolved = timeparse.resolve(when, turn.ts)
+        if resolved:
+            record["date"] = resolved
+            if record["kind"] == "fact" and len(resolved) == 10:
+                record["kind"] = "event"  # a fact pinned to a day is something that happened
+    return record
+
+
+def best_sentence(record: dict, content: str) -> str:
+    """The sentence of the turn that shares most words with the atom (for hedges and time)."""
+    sentences = [s for s in re.split(r"(?<=[.!?。！？\n])\s*", content) if s.strip()] or [content]
+    atom_terms = set(text.terms(" ".join(record.get(f, "") for f in ("predicate", "object"))))
+    return max(sentences, key=lambda s: len(atom_terms & set(text.terms(s))))
+
+
+def confidence(record: dict, sentence: str, speaker: str, settings: Settings) -> float:
+    """Explicit first-person statements score high; hedged ones, or claims about others, lower."""
+    score = settings.confidence_own if record.get("subject") == speaker else settings.confidence_other
+    if _HEDGES.search(sentence):
+        score -= settings.confidence_hedge
+    return round(score, 2)

@@ -1,0 +1,92 @@
+"""The pre-filter: turns that carry nothing durable (greetings, thanks, acknowledgements,
+questions back, assistant turns) are skipped before any model call. Cheap: rules only.
+
+Its word lists also tell grounding what small talk and addressing the listener look like.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from .. import text
+from .records import Turn
+
+SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself|u)\b|你", re.I)
+FIRST_PERSON_WORDS = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself)\b|我", re.I)
+_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
+_GREETING_WORDS = frozenset("""hi hey hello hiya howdy yo morning afternoon evening night bye goodbye
+    see ya later care welcome back long time meet""".split())
+_THANKS_WORDS = frozenset("thanks thank thx ty appreciate appreciated grateful cheers".split())
+_ACK_WORDS = frozenset("""ok okay alright right sure yeah yep yup yes no nope cool great awesome nice good
+    glad sorry hear sounds sound amazing wow totally agree agreed definitely true absolutely lovely
+    wonderful fantastic congrats congratulations haha hahaha lol exactly indeed same interesting fun
+    happy proud incredible impressive got gotcha hmm um uh aw aww love fab super perfect well
+    excited nice cute sweet beautiful gorgeous stunning keep going luck hope awesome totally
+    way btw anyway look take check guess""".split())
+PHATIC_WORDS = _GREETING_WORDS | _THANKS_WORDS | _ACK_WORDS
+_FILLER_WORDS = frozenset("""that's it's i'm you're what's so too such news day that this there thing things
+    hear much bit""".split())
+_ZH_GREETING = ("你好", "您好", "嗨", "哈喽", "早上好", "下午好", "晚上好", "早安", "晚安", "再见", "拜拜", "回头见")
+_ZH_THANKS = ("谢谢", "多谢", "感谢", "辛苦了")
+_ZH_ACK = ("好的", "好吧", "嗯嗯", "嗯", "哦", "噢", "收到", "明白", "了解", "知道了", "没问题", "行", "可以",
+           "对", "是的", "哈哈", "太好了", "不错", "厉害", "棒", "好")
+_ZH_QUESTION_END = re.compile(r"[吗呢吧么][？?。.!！]*$")
+
+
+def prefilter(turn: Turn, names: Iterable[str] = ()) -> str | None:
+    """Why turn carries nothing durable ("greeting", "thanks", "acknowledgement", "question", …),
+    or None when it may hold something worth extracting. Cheap: no model involved."""
+    if turn.role in ("system", "tool"):
+        return f"{turn.role} turn"
+    if turn.role == "assistant":
+        return "assistant turn"  # memory is about the user; assistant turns are context only
+    content = turn.content.strip()
+    if not content:
+        return "empty"
+    names = {n.lower() for n in names if n} | ({turn.speaker.lower()} if turn.speaker else set())
+    kinds = [_sentence_kind(s.strip(), names) for s in _SENTENCE.findall(content) if s.strip()]
+    if not kinds or "content" in kinds:
+        return None
+    order = ["greeting", "thanks", "acknowledgement", "reaction", "question"]
+    return "+".join(k for k in order if k in kinds)
+
+
+def _sentence_kind(sentence: str, names: set[str]) -> str:
+    if text.has_cjk(sentence):
+        return _zh_sentence_kind(sentence)
+    words = [w.lower().replace("’", "'") for w in re.findall(r"[^\W_]+(?:['’][^\W_]+)?", sentence)]
+    if sentence.rstrip().endswith("?"):
+        return "question"
+    content = [w for w in words if w not in PHATIC_WORDS and w not in text.STOP_WORDS
+               and w not in _FILLER_WORDS and not _is_name(w, names)]
+    if content and SECOND_PERSON.search(sentence) and not FIRST_PERSON_WORDS.search(sentence):
+        return "reaction"  # about the listener ("You'd be a great counselor!"): theirs to tell
+    if content:
+        return "content"
+    if any(w in _THANKS_WORDS for w in words):
+        return "thanks"
+    if any(w in _GREETING_WORDS for w in words) or re.search(r"how are you|what's up|how's it going", sentence, re.I):
+        return "greeting"
+    return "acknowledgement"
+
+
+def _is_name(word: str, names: set[str]) -> bool:
+    """A speaker's name or a short form of it ("Mel" for Melanie)."""
+    return any(word == n or (len(word) >= 3 and n.startswith(word)) for n in names)
+
+
+def _zh_sentence_kind(sentence: str) -> str:
+    core = re.sub(r"[\s，,。.!！？?~～、…]+", "", sentence)
+    if sentence.rstrip().endswith(("?", "？")) or _ZH_QUESTION_END.search(sentence) and "吗" in sentence[-3:]:
+        return "question"
+    label = None
+    for words, name in ((_ZH_THANKS, "thanks"), (_ZH_GREETING, "greeting"), (_ZH_ACK, "acknowledgement")):
+        for word in sorted(words, key=len, reverse=True):
+            if word in core:
+                core = core.replace(word, "")
+                label = label or name
+    leftover = [ch for ch in core if text.is_cjk(ch) and ch not in text.ZH_STOP_CHARS] + re.findall(r"[A-Za-z0-9]+", core)
+    if len(leftover) >= 2 or label is None:
+        return "content"
+    return label

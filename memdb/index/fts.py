@@ -1,0 +1,98 @@
+"""The keyword index: FTS5 MATCH expressions scoped to a user, and which query terms are
+worth scoring.
+
+Text is indexed as a segmented copy (text.segment: CJK runs as unigrams and bigrams), and each
+row carries a user tag token in column "u", so one FTS5 table serves every user of the file.
+"""
+
+from __future__ import annotations
+
+import apsw
+
+from .. import text
+from ..db.rows import user_tag
+
+MAX_QUERY_TERMS = 32  # a pasted page must not become a 1,000-term OR
+MAX_COUNTED_TERMS = 200_000  # term counts kept before they are all counted afresh
+
+
+def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *,
+                     term_counts: TermCounts | None = None, postings: int = 0) -> str | None:
+    """The FTS5 MATCH for query on layer ("atoms" or "turns"), scoped to user; None when no
+    searchable term is left.
+
+    Every term is quoted, so no operator in user text takes effect. When user is the only one
+    in the table, the user scope is left out (it would only add a pass over all their rows)
+    and, given term counts and a postings budget, only the rarest terms whose rows fit in the
+    budget are kept: bm25 counts and scores every posting of every term, and a term in a
+    fifth of the user's rows weighs little (idf ~1.4, a rare name ~7) but costs the most.
+    With other users in the file the counts are theirs too and say nothing of which terms
+    are common for this user: pruning by them lost 18% of MRR at 1,000 users x 1k atoms
+    (bench/scale.py), so it is left to single-user files.
+    """
+    terms = [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
+    sole = _sole_user(conn, layer, user)
+    if sole and term_counts is not None and postings and terms:
+        terms = _affordable(terms, term_counts.count(conn, layer, terms, postings), postings)
+    if not terms:
+        return None
+    expression = " OR ".join(text.quote(t) for t in terms)
+    return expression if sole else f'u : "{user_tag(user)}" AND ({expression})'
+
+
+def _affordable(terms: list[str], counts: list[int], postings: int) -> list[str]:
+    # Rarest first, while their postings fit. Counts may be a little stale (TermCounts): that
+    # only moves terms that are common anyway, and a term counted 0 always fits.
+    kept, spent = set(), 0
+    for count, term in sorted(zip(counts, terms)):
+        if spent + count > postings:
+            break
+        kept.add(term)
+        spent += count
+    return [t for t in terms if t in kept]
+
+
+def _sole_user(conn: apsw.Connection, layer: str, user: str) -> bool:
+    # Two subqueries, each answered from the user index in O(log n) (a single select with
+    # both min() and max() would scan it).
+    row = conn.execute(
+        f'select (select min("user") from "{layer}"), (select max("user") from "{layer}")'
+    ).fetchone()
+    return row[0] == user and row[1] == user
+
+
+class TermCounts:
+    """How many rows hold each query term, per connection: bm25 first counts every posting of
+    every query term, so the commonest terms cost the most and weigh the least; in a file of one
+    user, match_expression drops the commonest terms beyond a postings budget using these counts.
+    Not thread-safe: Memory holds its lock around every use."""
+
+    def __init__(self, *, growth: float = 1.1) -> None:
+        self.growth = growth
+        self.frequencies: dict[tuple[str, str], tuple[int, int]] = {}  # (count, counted up to)
+        self.frequencies_size: dict[str, int] = {}
+
+    def count(self, conn: apsw.Connection, layer: str, terms: list[str], cap: int) -> list[int]:
+        """How many rows of the layer's FTS table (all users) hold each term, counted up to
+        cap + 1: past the budget a term is dropped whatever its count, and counting a common
+        term of a file with many users to the end would cost what pruning saves.
+
+        Counts are kept until the table has grown by `growth` (a tenth): they decide which terms are too
+        common to be worth scoring, which a few new rows do not change."""
+        fts = f"{layer}_fts"
+        size = conn.execute(f'select coalesce(max("id"), 0) from "{layer}"').fetchone()[0]
+        held = self.frequencies_size.get(layer)
+        if held is None or size > held * self.growth or size < held or len(self.frequencies) > MAX_COUNTED_TERMS:
+            self.frequencies = {k: v for k, v in self.frequencies.items() if k[0] != layer}
+            self.frequencies_size[layer] = size
+        out = []
+        for term in terms:
+            count, counted_to = self.frequencies.get((layer, term), (None, cap))
+            if count is None or count > counted_to and cap > counted_to:  # new, or stopped short
+                count = conn.execute(
+                    f'select count(*) from (select 1 from "{fts}" where "{fts}" match ? limit ?)',
+                    (text.quote(term), cap + 1),
+                ).fetchone()[0]
+                self.frequencies[(layer, term)] = (count, cap)
+            out.append(count)
+        return out

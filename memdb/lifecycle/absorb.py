@@ -1,0 +1,194 @@
+"""Absorbing an extracted atom into what a user already holds.
+
+People repeat themselves and change their minds. For every extracted atom, `absorb` looks at
+the user's nearest active atoms (by vector and by keywords, through index/) and applies what
+relation.py decides, pair by pair:
+
+- duplicate   — the same statement again: no new row; the old atom is seen once more
+                (`merge`: seen + 1, last_seen, confidence up, the new source turns linked);
+- conflict    — the same slot with an incompatible value or the opposite polarity: the newer
+                one holds now, the older is superseded (valid_to, superseded_by) and kept; when
+                the two are comparable evidence (said close in time, with close confidence)
+                both stay and are marked conflicting;
+- distinct    — anything else: a new atom.
+
+Nothing here deletes a row: the old stays reachable through its version chain (db.rows.history).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+import apsw
+import numpy as np
+
+from .. import codec
+from ..db import rows
+from ..index import fts, vectors
+from ..index.copies import VectorCopies
+from ..index.fts import TermCounts
+from ..settings import Settings
+from .relation import keyword_similarity, relation
+
+log = logging.getLogger("memdb")
+
+
+@dataclass
+class Held:
+    """An active (or conflicting) atom that a new one is compared with."""
+
+    id: int
+    record: dict
+    confidence: float
+    first_seen: str
+    last_seen: str
+    similarity: float  # semantic similarity to the new atom (vector cosine, or keyword overlap)
+
+
+def absorb(
+    conn: apsw.Connection,
+    *,
+    user: str,
+    record: dict,
+    confidence: float,
+    turn_ids: list[int],
+    ts: str,
+    vector: np.ndarray | None,
+    settings: Settings,
+    copies: VectorCopies | None = None,
+    term_counts: TermCounts | None = None,
+) -> tuple[str, int]:
+    """Store one extracted atom for user, deduplicated against what the user holds.
+
+    Call inside connection.write(). Returns (action, atom_id): "merged" (no new row; atom_id is the
+    atom it merged into), "new", "superseded" (new atom; older ones superseded by it, or it by
+    a newer one already held) or "conflicting" (new atom; both marked conflicting).
+    """
+    record = codec.validate(record)
+    held = candidates(conn, user, record, vector, settings, copies=copies, term_counts=term_counts)
+    judged = [(h, relation(record, h.record, h.similarity, settings, keyword_only=vector is None)) for h in held]
+    duplicates = sorted((h for h, r in judged if r == "duplicate"), key=lambda h: -h.similarity)
+    if duplicates:
+        kept = duplicates[0]
+        merge(conn, kept.id, confidence=confidence, turn_ids=turn_ids, ts=ts, gain=settings.merge_gain)
+        _resolve_conflicts(conn, kept.id, ts, settings)
+        return "merged", kept.id
+    atom_id = rows.insert_atom(
+        conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids,
+        first_seen=ts, last_seen=ts, vector=vector,
+    )
+    actions = [_settle(conn, atom_id, confidence, ts, h, settings) for h, r in judged if r == "conflict"]
+    if "conflicting" in actions:
+        return "conflicting", atom_id
+    return ("superseded" if actions else "new"), atom_id
+
+
+def merge(conn: apsw.Connection, atom_id: int, *, confidence: float, turn_ids: list[int], ts: str,
+          gain: float = 0.5) -> None:
+    """Count one more statement of an atom: seen + 1, wider first/last_seen, confidence up."""
+    conn.execute(
+        'update "atoms" set "seen" = "seen" + 1, "last_seen" = max("last_seen", :ts), '
+        '"first_seen" = min("first_seen", :ts), '
+        '"confidence" = min(1.0, "confidence" + (1 - "confidence") * :gain) where "id" = :id',
+        {"ts": ts, "gain": gain * confidence, "id": atom_id},
+    )
+    rows.add_sources(conn, atom_id, turn_ids)
+
+
+# ---------------------------------------------------------------- candidates
+
+
+def candidates(
+    conn: apsw.Connection, user: str, record: dict, vector: np.ndarray | None, settings: Settings, *,
+    copies: VectorCopies | None = None, term_counts: TermCounts | None = None,
+) -> list[Held]:
+    """The user's held atoms nearest to record: a vector KNN plus an FTS match, merged, through
+    the same index layer search uses (fast for large users with copies and term counts)."""
+    line = codec.canonical_text(record)
+    ids: dict[int, float | None] = {}
+    if vector is not None:
+        ids.update(vectors.nearest(conn, "atoms", user, vector, settings.dedup_candidates, copies=copies))
+    match = fts.match_expression(conn, "atoms", user, line, term_counts=term_counts, postings=settings.keyword_postings)
+    if match:
+        for (atom_id,) in conn.execute(
+            'select f."rowid" from "atoms_fts" f join "atoms" a on a."id" = f."rowid" '
+            'where "atoms_fts" match ? and a."status" != ? order by f."rank" limit ?',
+            (match, codec.STATUSES["superseded"], settings.dedup_candidates),
+        ):
+            ids.setdefault(atom_id, None)
+    return [_held(conn, atom_id, sim, line, vector) for atom_id, sim in ids.items()]
+
+
+def _held(conn: apsw.Connection, atom_id: int, sim: float | None, line: str, vector: np.ndarray | None) -> Held:
+    record, confidence, first_seen, last_seen, other_line = conn.execute(
+        'select "record", "confidence", "first_seen", "last_seen", "text" from "atoms" where "id" = ?',
+        (atom_id,),
+    ).fetchone()
+    if sim is None:  # found by keywords only: measure it the same way the KNN would
+        sim = vectors.stored_cosine(conn, atom_id, vector) if vector is not None else None
+    if sim is None:
+        sim = keyword_similarity(line, other_line)
+    return Held(atom_id, codec.unpack(record), confidence, first_seen, last_seen, float(sim))
+
+
+# ---------------------------------------------------------------- conflicts and supersession
+
+
+def _settle(conn: apsw.Connection, atom_id: int, confidence: float, ts: str, old: Held, settings: Settings) -> str:
+    """Apply one conflict between the new atom and a held one; returns what it came to."""
+    if comparable(ts, confidence, old.last_seen, old.confidence, settings):
+        mark_conflict(conn, atom_id, old.id, ts)
+        return "conflicting"
+    if ts >= old.last_seen:
+        supersede(conn, old.id, by=atom_id, at=ts)
+    else:  # a statement older than what is held (a backfill): it is history at once
+        supersede(conn, atom_id, by=old.id, at=old.first_seen if old.first_seen > ts else old.last_seen)
+    return "superseded"
+
+
+def comparable(ts_a: str, conf_a: float, ts_b: str, conf_b: float, settings: Settings) -> bool:
+    """Two statements are comparable evidence when said close in time with close confidence."""
+    hours = abs((_time(ts_a) - _time(ts_b)).total_seconds()) / 3600
+    return hours <= settings.comparable_hours and abs(conf_a - conf_b) <= settings.comparable_confidence
+
+
+def supersede(conn: apsw.Connection, old_id: int, *, by: int, at: str) -> None:
+    """Mark old_id as no longer holding since at, replaced by `by`. The row stays."""
+    conn.execute('update "atoms" set "valid_to" = ?, "superseded_by" = ? where "id" = ?', (at, by, old_id))
+    rows.set_atom_status(conn, old_id, "superseded")
+    log.debug("memdb: atom %d superseded by %d at %s", old_id, by, at)
+
+
+def mark_conflict(conn: apsw.Connection, atom_id: int, other_id: int, at: str) -> None:
+    """Keep both atoms active, marked conflicting, with a row saying they disagree."""
+    conn.execute(
+        'insert or ignore into "atom_conflicts" ("atom_id", "other_id", "detected_at") values (?, ?, ?)',
+        (atom_id, other_id, at),
+    )
+    rows.set_atom_status(conn, atom_id, "conflicting")
+    rows.set_atom_status(conn, other_id, "conflicting")
+
+
+def _resolve_conflicts(conn: apsw.Connection, kept_id: int, ts: str, settings: Settings) -> None:
+    # A later restatement of one side of a conflict settles it: that side holds now.
+    partners = [conn.execute('select "id", "confidence", "last_seen" from "atoms" where "id" = ? and "status" = ?',
+                             (other, codec.STATUSES["conflicting"])).fetchone()
+                for other in rows.conflict_partners(conn, kept_id)]
+    partners = [p for p in partners if p is not None]
+    if not partners:
+        return
+    kept_conf = conn.execute('select "confidence" from "atoms" where "id" = ?', (kept_id,)).fetchone()[0]
+    open_ = 0
+    for other_id, conf, last_seen in partners:
+        if ts > last_seen and not comparable(ts, kept_conf, last_seen, conf, settings):
+            supersede(conn, other_id, by=kept_id, at=ts)
+        else:
+            open_ += 1
+    if not open_:
+        rows.set_atom_status(conn, kept_id, "active")
+
+
+def _time(ts: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(ts[:19])

@@ -1,0 +1,436 @@
+"""The Memory facade: one open memdb file. It checks arguments, holds the lock, loads the models
+lazily, and turns every SQLite error into MemdbError; the work itself is done by the modules
+behind it, in the order data flows (ingest → extraction → lifecycle → search)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import apsw
+import numpy as np
+
+from . import text
+from .checks import check_count, check_id, check_ids, check_name, now, parse_ts
+from .db import connection, forget as forgetting, rows
+from .db.rows import Atom, Hit
+from .errors import EmbedderUnavailable, InvalidInput, MemdbError, NotFound, SearchError
+from .extraction import pipeline
+from .extraction.records import Candidate
+from .index import vectors
+from .index.copies import VectorCopies
+from .index.fts import TermCounts
+from .ingest import check_messages, embed_turns, insert_turns
+from .lifecycle.absorb import absorb
+from .search import context as contexts
+from .search.fusion import LAYERS, search as fused_search
+from .settings import FUSIONS, Settings
+
+log = logging.getLogger("memdb")
+EXTRACT_MODES = ("now", "defer")
+
+
+def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on purpose
+    path: str | os.PathLike = ":memory:",
+    *,
+    embedder: Any = "minilm",
+    llm: Any = None,
+    extract: str = "now",
+    threads: int | None = None,
+    settings: Settings | None = None,
+) -> Memory:
+    """Open (or create) a memdb file.
+
+    embedder: "minilm" (default, bundled), a path to a GGUF embedding model, an object with
+      name/dim/embed, or None for keyword-only search. If it cannot load, memdb logs it once
+      and runs keyword-only; stats() reports it.
+    llm: the extraction model: a path to an instruct GGUF, the URL of an OpenAI-compatible
+      server (llama-server, Ollama's /v1, LM Studio), an object with the LLM protocol
+      (memdb.models.protocols.LLM), or None for $MEMDB_LLM, else the bundled model.
+    extract: "now" (add() extracts right away) or "defer" (add() only stores; call extract()).
+    threads: CPU threads for the model and the embedder.
+    """
+    if extract not in EXTRACT_MODES:
+        raise InvalidInput(f"extract must be one of {', '.join(EXTRACT_MODES)}, not {extract!r}")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise InvalidInput(f"threads must be a positive integer, not {threads!r}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidInput(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    if llm is not None and not isinstance(llm, (str, os.PathLike)) and not hasattr(llm, "complete"):
+        raise InvalidInput(f"llm must be a GGUF path or an object with complete(), not {type(llm).__name__}")
+    try:
+        conn = connection.connect(os.fspath(path))
+        try:
+            return Memory(conn, os.fspath(path), embedder=embedder, llm=llm, extract=extract,
+                          threads=threads, settings=settings or Settings())
+        except BaseException:
+            conn.close()
+            raise
+    except apsw.Error as exc:  # locked past the busy timeout, disk full, unreadable, ...
+        raise MemdbError(f"cannot open {os.fspath(path)!r}: {exc}") from exc
+
+
+def _file_errors(method: Callable) -> Callable:
+    """Let no apsw error out of the public API: a damaged, locked-out or unreadable file raises
+    MemdbError (the one family an agent loop catches), with SQLite's words and what to do."""
+
+    def translate(mem: Memory, exc: apsw.Error) -> MemdbError:
+        return MemdbError(f"{mem.path!r} could not be read or written ({type(exc).__name__}: {exc}); if this "
+                          "persists, check the file with `pragma integrity_check` and restore it from a backup")
+
+    if inspect.isgeneratorfunction(method):  # export(): errors surface while iterating
+        @functools.wraps(method)
+        def generator(self: Memory, *args: Any, **kwargs: Any) -> Iterator:
+            try:
+                yield from method(self, *args, **kwargs)
+            except apsw.Error as exc:
+                raise translate(self, exc) from exc
+        return generator
+
+    @functools.wraps(method)
+    def wrapper(self: Memory, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except apsw.Error as exc:
+            raise translate(self, exc) from exc
+    return wrapper
+
+
+class Memory:
+    """One open memdb file. Safe to share between threads; one model call at a time."""
+
+    def __init__(self, conn: apsw.Connection, path: str, *, embedder: Any, llm: Any,
+                 extract: str, threads: int | None, settings: Settings) -> None:
+        self.conn = conn
+        self.path = path
+        self.settings = settings
+        self.extract_mode = extract
+        self.threads = threads
+        given = llm if hasattr(llm, "complete") else None
+        self._llm_spec = None if given else (os.fspath(llm) if llm else os.environ.get("MEMDB_LLM") or None)
+        self._llm: Any = given
+        self._lock = threading.RLock()
+        self._warned: set[str] = set()
+        self.embedder, self.embedder_error = self._load_embedder(embedder)
+        self.copies = VectorCopies(
+            vector_copy_min=settings.vector_copy_min, vector_copy_mb=settings.vector_copy_mb,
+            blas_limit=functools.partial(_blas_threads, threads),
+        )
+        self.term_counts = TermCounts(growth=settings.term_counts_growth)
+
+    # ------------------------------------------------------------ setup
+
+    def _load_embedder(self, spec: Any) -> tuple[Any, str | None]:
+        if spec is None:
+            return None, "no embedder (keyword-only by request)"
+        try:
+            if hasattr(spec, "embed"):  # an embedder object: use it as it is
+                embedder = spec
+            else:
+                from .models import embedders
+
+                embedder = embedders.load(spec, threads=self.threads)
+        except EmbedderUnavailable as exc:
+            self._warn_once(f"memdb: embedder unavailable, running keyword-only: {exc}")
+            return None, str(exc)
+        connection.ensure_vectors(self.conn, embedder.name, embedder.dim)
+        return embedder, None
+
+    def llm(self) -> Any:
+        """The extraction model, loaded on first use (raises ModelError if it cannot load)."""
+        with self._lock:
+            if self._llm is None:
+                from .models import endpoint, llama
+
+                spec = self._llm_spec
+                if spec and spec.startswith(("http://", "https://")):  # an OpenAI-compatible server
+                    self._llm = endpoint.EndpointLLM(spec)
+                else:
+                    self._llm = llama.load_llm(spec, threads=self.threads)
+                with connection.write(self.conn):
+                    connection.set_meta(self.conn, "llm_name", self._llm.name)
+                    connection.set_meta(self.conn, "llm_sha256", self._llm.sha256)
+            return self._llm
+
+    def _embed(self, texts: list[str]) -> np.ndarray | None:
+        if self.embedder is None or not texts:
+            return None
+        try:
+            return self.embedder.embed(texts)
+        except Exception as exc:  # a broken embedder must not lose the user's words
+            self._warn_once(f"memdb: embedding failed, storing without vectors: {exc}")
+            return None
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning(message)
+
+    # ------------------------------------------------------------ writing
+
+    @_file_errors
+    def add(self, messages: Any, *, user: str, session: str = "default",
+            ts: Any = None) -> list[int]:
+        """Store turns verbatim (one transaction) and, in extract="now" mode, extract atoms.
+
+        Returns the L0 ids in order. Bad input raises InvalidInput and writes nothing;
+        extraction problems never raise here (the turns stay pending or are marked failed).
+        """
+        check_name(user, "user")
+        check_name(session, "session")
+        default_ts = parse_ts(ts, "ts") if ts is not None else now()
+        turns = check_messages(messages, default_ts)
+        vectors_ = embed_turns(turns, self._embed)
+        with self._lock, connection.write(self.conn):
+            ids = insert_turns(self.conn, user=user, session=session, turns=turns, vectors=vectors_)
+        if self.extract_mode == "now":
+            try:
+                self.extract(turn_ids=ids)
+            except Exception as exc:  # the agent loop never crashes because of memdb
+                self._warn_once(f"memdb: turns stay pending, extraction failed: {exc}")
+        return ids
+
+    @_file_errors
+    def extract(self, *, user: str | None = None, turn_ids: list[int] | None = None,
+                limit: int | None = None,
+                progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Extract atoms from pending turns (all, one user's, or the given ids), resumable.
+
+        Returns counts: turns done/skipped/failed and atoms new/merged/superseded/conflicting.
+        Raises ModelError if the model cannot load; bad model output never raises.
+        """
+        if user is not None:
+            check_name(user, "user")
+        if turn_ids is not None:
+            turn_ids = check_ids(turn_ids, "turn_ids")
+        if limit is not None:
+            check_count(limit, "limit")
+        needs = pipeline.Needs(conn=self.conn, lock=self._lock, settings=self.settings, llm=self.llm,
+                               embed=self._embed, absorb=self._absorb,
+                               before_batch=lambda u: self.copies.sync(self.conn, "atoms", u))
+        return pipeline.run(needs, user=user, turn_ids=turn_ids, limit=limit, progress=progress)
+
+    def _absorb(self, candidate: Candidate, user: str, ts: str, vector: np.ndarray | None) -> str:
+        action, _ = absorb(self.conn, user=user, record=candidate.record, confidence=candidate.confidence,
+                           turn_ids=candidate.turn_ids, ts=ts, vector=vector, settings=self.settings,
+                           copies=self.copies, term_counts=self.term_counts)
+        return action
+
+    @_file_errors
+    def forget(self, *, user: str | None = None, atom_id: int | None = None,
+               turn_id: int | None = None) -> dict[str, int]:
+        """Delete a user's everything, one atom, or one turn with what derives only from it."""
+        given = [x for x in (user, atom_id, turn_id) if x is not None]
+        if len(given) != 1:
+            raise InvalidInput("forget takes exactly one of user=, atom_id=, turn_id=")
+        with self._lock, connection.write(self.conn):
+            before = rows.counts(self.conn)
+            if user is not None:
+                forgetting.forget_user(self.conn, check_name(user, "user"))
+            elif atom_id is not None:
+                self._require("atoms", atom_id)
+                forgetting.delete_atoms(self.conn, [atom_id])
+            else:
+                self._require("turns", turn_id)
+                forgetting.delete_turns(self.conn, [turn_id])
+            after = rows.counts(self.conn)
+        return {"turns": before[0] - after[0], "atoms": before[1] - after[1]}
+
+    def _require(self, table: str, row_id: Any, user: str | None = None) -> None:
+        check_id(row_id)
+        if not rows.exists(self.conn, table, row_id, user):
+            raise NotFound(f"no {table[:-1]} with id {row_id}" + (f" for user {user!r}" if user else ""))
+
+    @_file_errors
+    def reembed(self, embedder: Any = "minilm") -> int:
+        """Rebuild every vector of the file with another embedder, in one transaction.
+
+        L0 and atom text are untouched. Returns the number of vectors written.
+        """
+        from .models import embedders
+
+        new = embedders.load(embedder, threads=self.threads)
+        with self._lock:
+            written = vectors.rebuild(self.conn, new.name, new.dim, new.embed)
+        self.embedder, self.embedder_error = new, None
+        return written
+
+    # ------------------------------------------------------------ reading
+
+    @_file_errors
+    def search(self, query: str, *, user: str, k: int = 10, layer: str = "both",
+               session: str | None = None, fusion: str | None = None, alpha: float | None = None,
+               include_superseded: bool = False, strict: bool = False) -> list[Hit]:
+        """The k hits that matter for query, fused from keywords and vectors.
+
+        Never raises for a failing index unless strict=True: without vectors it searches by
+        keyword (one warning), and if both sides fail it returns [] and logs an error.
+        """
+        self._check_search_args(query, user, k, layer, fusion, alpha)
+        if session is not None:  # bound into SQL below: a lone surrogate would raise there
+            check_name(session, "session")
+        qvec = self._query_vector(query, user, session)
+        args = dict(user=user, k=k, layer=layer, settings=self.settings, fusion=fusion, alpha=alpha,
+                    include_superseded=include_superseded, copies=self.copies, term_counts=self.term_counts)
+        with self._lock:
+            try:
+                return fused_search(self.conn, query, query_vector=qvec, **args)
+            except apsw.Error as exc:
+                if strict:
+                    raise SearchError(f"search failed: {exc}") from exc
+                if qvec is None:
+                    log.error("memdb: search failed, returning nothing: %s", exc)
+                    return []
+                log.warning("memdb: vector search failed, using keywords only: %s", exc)
+            try:
+                return fused_search(self.conn, query, query_vector=None, **args)
+            except apsw.Error as exc:
+                log.error("memdb: keyword search failed too, returning nothing: %s", exc)
+                return []
+
+    def _check_search_args(self, query: Any, user: Any, k: Any, layer: Any, fusion: Any, alpha: Any) -> None:
+        if not isinstance(query, str):
+            raise InvalidInput(f"query must be a string, not {type(query).__name__}")
+        check_name(user, "user")
+        check_count(k, "k", most=1000)
+        if layer not in LAYERS:
+            raise InvalidInput(f"layer must be one of {', '.join(LAYERS)}, not {layer!r}")
+        if fusion is not None and fusion not in FUSIONS:
+            raise InvalidInput(f"fusion must be one of {', '.join(FUSIONS)}, not {fusion!r}")
+        if alpha is not None and not (isinstance(alpha, (int, float)) and 0 <= alpha <= 1):
+            raise InvalidInput(f"alpha must be a number from 0 to 1, not {alpha!r}")
+
+    def _query_vector(self, query: str, user: str, session: str | None) -> np.ndarray | None:
+        # Working memory: the session's last turns nudge the query vector toward the topic.
+        texts = [query[:2000]]
+        if session is not None and self.embedder is not None:
+            with self._lock:
+                texts += rows.recent_contents(self.conn, user, session, 3)
+        found = self._embed(texts)
+        if found is None:
+            return None
+        vector = found[0] + self.settings.session_weight * found[1:].sum(axis=0) / max(1, len(texts) - 1)
+        return (vector / (np.linalg.norm(vector) or 1.0)).astype(np.float32)
+
+    @_file_errors
+    def context(self, query: str, *, user: str, budget: int = 400, k: int = 20,
+                session: str | None = None, layer: str = "both") -> str:
+        """A prompt-ready block: the best hits as dated lines under budget tokens."""
+        if not isinstance(budget, int) or budget < 1:
+            raise InvalidInput(f"budget must be a positive integer, not {budget!r}")
+        hits = self.search(query, user=user, k=k, layer=layer, session=session)
+        with self._lock:
+            return contexts.context(hits, lambda h: contexts.related_atoms(self.conn, h),
+                                    budget=budget, count_tokens=self.count_tokens)
+
+    def count_tokens(self, line: str) -> int:
+        """Tokens of line with the extraction model's tokenizer (an estimate if unavailable)."""
+        try:
+            from .models import llama
+
+            counter = self._llm if hasattr(self._llm, "count_tokens") else self._llm_spec
+            return llama.count_tokens(counter, line)
+        except Exception:  # no model: an estimate still keeps the budget roughly right
+            return text.approx_tokens(line)
+
+    @_file_errors
+    def get(self, atom_id: int, *, user: str | None = None) -> Atom:
+        """One atom (any status); with user=, only if it belongs to that user."""
+        self._require("atoms", atom_id, user)
+        with self._lock:
+            return rows.read_atoms(self.conn, 'where a."id" = ?', (atom_id,))[0]
+
+    @_file_errors
+    def history(self, atom_id: int, *, user: str | None = None) -> list[Atom]:
+        """The chain of versions an atom belongs to, oldest first: what it was, what replaced it."""
+        self._require("atoms", atom_id, user)
+        with self._lock:
+            return rows.history(self.conn, atom_id)
+
+    @_file_errors
+    def profile(self, user: str) -> list[Atom]:
+        """The attribute card: active facts, preferences and constraints, grouped by subject and key."""
+        check_name(user, "user")
+        with self._lock:
+            atoms = rows.profile(self.conn, user)
+        return sorted(atoms, key=lambda a: (a.kind, a.record.get("subject", ""),
+                                            a.record.get("predicate", ""), a.first_seen))
+
+    @_file_errors
+    def events(self, user: str, *, since: Any = None, until: Any = None) -> list[Atom]:
+        """The event index: active events in time order, with resolved dates."""
+        check_name(user, "user")
+        since = parse_ts(since, "since")[:10] if since is not None else "0000"
+        until = parse_ts(until, "until") if until is not None else "9999"
+        with self._lock:
+            return rows.events(self.conn, user, since, until)
+
+    @_file_errors
+    def turns(self, turn_ids: list[int], *, user: str | None = None) -> list[dict]:
+        """L0 rows by id (the evidence behind a hit), in id order."""
+        turn_ids = check_ids(turn_ids, "turn_ids")
+        if user is not None:  # user="" must not mean "every user"
+            check_name(user, "user")
+        with self._lock:
+            return rows.read_turns(self.conn, turn_ids, user)
+
+    @_file_errors
+    def export(self, user: str) -> Iterator[dict]:
+        """Everything held for user as JSON-ready dicts: turns first, then atoms."""
+        check_name(user, "user")
+        with self._lock:
+            ids = rows.user_turn_ids(self.conn, user)
+        for i in range(0, len(ids), 500):
+            for row in self.turns(ids[i:i + 500], user=user):
+                yield {"type": "turn", **row}
+        with self._lock:
+            atoms = rows.user_atoms(self.conn, user)
+        for atom in atoms:
+            yield {"type": "atom", **atom.__dict__}
+
+    @_file_errors
+    def stats(self, user: str | None = None) -> dict[str, Any]:
+        """Counts, sizes and token figures (for one user, or the whole file)."""
+        if user is not None:
+            check_name(user, "user")
+        with self._lock:
+            counted = rows.stats(self.conn, user)
+            llm_name = connection.get_meta(self.conn, "llm_name")
+        return {
+            "path": self.path, **counted,
+            "embedder": self.embedder.name if self.embedder else None,
+            "keyword_only": self.embedder is None,
+            "embedder_error": self.embedder_error,
+            "llm": llm_name,
+            "extract_mode": self.extract_mode,
+        }
+
+    # ------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<memdb.Memory {self.path!r}>"
+
+
+def _blas_threads(threads: int | None) -> Any:
+    # The embedder's module holds the BLAS thread limiter; it is imported only when a limit is set.
+    if threads is None:
+        return contextlib.nullcontext()
+    from .models.minilm import blas_threads
+
+    return blas_threads(threads)

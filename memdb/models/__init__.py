@@ -1,0 +1,3 @@
+"""The local models memdb runs: where their files come from (assets), llama.cpp (llama), the
+numpy MiniLM (minilm), embedders by name (embedders) and OpenAI-compatible endpoints (endpoint).
+Both kinds of model sit behind small protocols (protocols), so tests and users plug in their own."""

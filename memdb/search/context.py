@@ -1,0 +1,80 @@
+"""The prompt-ready block: hits as dated lines under a token budget, each atom followed by its
+conflicting partners and the atoms that share its source turns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import apsw
+
+from .. import codec
+from ..db import rows
+from ..db.rows import Hit
+
+
+def render_line(hit: Hit) -> str:
+    """One context line: date · kind · text (turns: date · speaker: words)."""
+    date = (hit.ts or "")[:10]
+    if hit.layer == "atom":
+        return f"{date} · {hit.kind} · {hit.text}"
+    said = " ".join(hit.text.split())
+    return f"{date} · {hit.speaker}: {said}"
+
+
+def context(
+    hits: list[Hit],
+    related: Callable[[Hit], list[Hit]],
+    *,
+    budget: int,
+    count_tokens: Callable[[str], int],
+) -> str:
+    """The best hits as prompt-ready lines under budget tokens, most useful first.
+
+    After each atom come its conflicting partners and, while the budget allows, closely
+    related atoms (a shared source turn), so "likes sci-fi" arrives together with
+    "watched Interstellar twice".
+    """
+    lines: list[str] = []
+    used = 0
+    shown: set[tuple[str, int]] = set()
+    for hit in hits:
+        group = [hit] + (related(hit) if hit.layer == "atom" else [])
+        for member in group:
+            key = (member.layer, member.id)
+            if key in shown:
+                continue
+            line = render_line(member)
+            if member.status == "conflicting":
+                line += " (conflicts with another statement; ask which holds)"
+            cost = count_tokens(line + "\n")
+            if used + cost > budget:
+                continue
+            shown.add(key)
+            lines.append(line)
+            used += cost
+    return "\n".join(lines)
+
+
+def related_atoms(conn: apsw.Connection, hit: Hit, *, limit: int = 3) -> list[Hit]:
+    """Held atoms close to an atom hit: its conflicting partners first, then atoms sharing a
+    source turn, most recent first."""
+    if hit.layer != "atom":
+        return []
+    found = conn.execute(
+        f"""
+        with me as (select "user" from "atoms" where "id" = :id),
+        linked as (
+            select "other_id" as id, 0 as rank from "atom_conflicts" where "atom_id" = :id
+            union select "atom_id", 0 from "atom_conflicts" where "other_id" = :id
+            union select s2."atom_id", 1 from "atom_sources" s1
+                join "atom_sources" s2 on s2."turn_id" = s1."turn_id"
+                where s1."atom_id" = :id and s2."atom_id" != :id
+        )
+        select {rows.ATOM_HIT.format(score="0.0")}
+        from linked l join "atoms" a on a."id" = l.id
+        where a."user" = (select "user" from me) and a."status" in {codec.HELD}
+        group by a."id" order by min(l.rank), a."last_seen" desc limit :limit
+        """,
+        {"id": hit.id, "limit": limit},
+    ).fetchall()
+    return [rows.hit(row) for row in found]

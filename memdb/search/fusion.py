@@ -1,0 +1,188 @@
+"""The fusion: keyword and vector candidates of atoms and turns, scored in one SQL statement.
+
+The keyword side is FTS5 bm25 with column weights; the vector side is the user's nearest
+vectors (index/vectors.py: vec0 KNN or the in-memory copy), bound as JSON. Each side is
+normalised by its best score and fused by weight or by reciprocal rank; atoms are scaled by
+confidence and freshness. Afterwards the ranked list is walked once so that no two hits stand
+for the same evidence: an atom whose source turns are already covered, or a turn that a kept
+atom already stands for, does not take a slot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import apsw
+import numpy as np
+
+from .. import codec
+from ..checks import now
+from ..db import rows
+from ..db.rows import Hit
+from ..index import fts, vectors
+from ..index.copies import VectorCopies
+from ..index.fts import TermCounts
+from ..settings import Settings
+from .query import intent
+
+LAYERS = ("atoms", "turns", "both")
+
+_EMPTY = "select null as id, null as s where 0"
+
+
+def _keyword_cte(table: str, weights: Sequence[float], param: str | None) -> str:
+    if param is None:
+        return _EMPTY
+    w = ", ".join(str(float(x)) for x in weights)
+    return (
+        f'select rowid as id, -bm25("{table}", {w}) as s from "{table}" '
+        f'where "{table}" match :{param} order by s desc limit :pool'
+    )
+
+
+def _vector_cte(param: str | None) -> str:
+    # The (id, cosine) pairs of vectors.nearest, bound as one JSON array.
+    if param is None:
+        return _EMPTY
+    return f"select value ->> 0 as id, value ->> 1 as s from json_each(:{param})"
+
+
+def _ranked(name: str, source: str) -> str:
+    # Each side is normalised by its best score (so the top hit of each side is 1.0) and ranked.
+    return (
+        f"{name} as (select id, s / nullif((select max(s) from {source}), 0) as n, "
+        f"row_number() over (order by s desc) as r from {source})"
+    )
+
+
+def _fused(layer: str, kw: str, vec: str) -> str:
+    return (
+        f"{layer}_fused as (select c.id, case when :rrf then "
+        f"coalesce(1.0 / (:rrf_k + {kw}.r), 0) + coalesce(1.0 / (:rrf_k + {vec}.r), 0) "
+        f"else :alpha * coalesce({kw}.n, 0) + (1 - :alpha) * coalesce({vec}.n, 0) end as base "
+        f"from (select id from {kw} union select id from {vec}) c "
+        f"left join {kw} using (id) left join {vec} using (id))"
+    )
+
+
+@dataclass
+class Sides:
+    """The bound parameter each candidate list is read from, or None when that side is off."""
+
+    atom_keyword: str | None = None
+    atom_vector: str | None = None
+    turn_keyword: str | None = None
+    turn_vector: str | None = None
+
+
+def fusion_sql(sides: Sides, settings: Settings, *, include_superseded: bool) -> str:
+    """One statement that fuses keyword and vector candidates of atoms and/or turns.
+
+    Atom scores are also scaled by confidence and by freshness: a per-kind half-life (no
+    decay for facts and constraints) measured back from the user's latest turn.
+    """
+    held = codec.codes(codec.STATUSES, *codec.STATUSES) if include_superseded else codec.HELD
+    kinds = codec.KINDS
+    # Each side is read twice (its rows and its max score): "materialized" makes SQLite run
+    # it once. Without it the KNN ran twice per statement (bench/scale.py: +40% latency).
+    ctes = [
+        f"akw as materialized ({_keyword_cte('atoms_fts', settings.atom_columns, sides.atom_keyword)})",
+        f"avec as materialized ({_vector_cte(sides.atom_vector)})",
+        f"tkw as materialized ({_keyword_cte('turns_fts', settings.turn_columns, sides.turn_keyword)})",
+        f"tvec as materialized ({_vector_cte(sides.turn_vector)})",
+        _ranked("akw_r", "akw"), _ranked("avec_r", "avec"),
+        _ranked("tkw_r", "tkw"), _ranked("tvec_r", "tvec"),
+        _fused("atom", "akw_r", "avec_r"), _fused("turn", "tkw_r", "tvec_r"),
+        f"half_lives(kind, days) as (values ({kinds['fact']}, :hl_fact), ({kinds['preference']}, :hl_preference), "
+        f"({kinds['constraint']}, :hl_constraint), ({kinds['event']}, :hl_event))",
+    ]
+    atom_score = (
+        "f.base * :atom_weight * (:conf_floor + (1 - :conf_floor) * a.confidence) * case when h.days is null "
+        "then 1.0 else :floor + (1 - :floor) * pow(0.5, max(0, julianday(:now) - julianday(a.last_seen)) / h.days) end"
+    )
+    # Turns the pre-filter skipped (greetings, thanks) rank lower: they rarely hold an answer.
+    turn_score = f"f.base * case when t.state = {codec.STATES['skipped']} then :skipped_weight else 1.0 end"
+    atom_select = (
+        f"select {rows.ATOM_HIT.format(score=f'({atom_score}) as score')} "
+        "from atom_fused f join atoms a on a.id = f.id join half_lives h on h.kind = a.kind "
+        f"where a.user = :user and a.status in {held}"
+    )
+    turn_select = f"select {rows.TURN_HIT.format(score=turn_score)} from turn_fused f join turns t on t.id = f.id where t.user = :user"
+    return (
+        "with " + ",\n".join(ctes) + "\n"
+        f"{atom_select}\nunion all\n{turn_select}\norder by score desc limit :pool"
+    )
+
+
+def search(
+    conn: apsw.Connection,
+    query: str,
+    *,
+    user: str,
+    k: int,
+    layer: str,
+    settings: Settings,
+    query_vector: np.ndarray | None,
+    fusion: str | None = None,
+    alpha: float | None = None,
+    include_superseded: bool = False,
+    copies: VectorCopies | None = None,
+    term_counts: TermCounts | None = None,
+) -> list[Hit]:
+    """Fused, evidence-deduplicated hits for one user. Raises apsw.Error if SQL fails.
+
+    With copies, large users' vectors are ranked in memory; with term counts, common query
+    terms are pruned in single-user files (index/)."""
+    fusion = fusion or settings.fusion
+    alpha = settings.alpha.get(intent(query), 0.5) if alpha is None else alpha
+    pool = max(settings.candidate_pool, settings.pool_per_hit * k)
+    params: dict = {"user": user, "pool": pool}
+    sides = Sides()
+    for name in [n for n in ("atoms", "turns") if layer in (n, "both")]:
+        side = name[:-1]  # "atom" | "turn"
+        match = fts.match_expression(conn, name, user, query, term_counts=term_counts,
+                                     postings=settings.keyword_postings)
+        if match is not None:
+            params[f"{side}_match"] = match
+            setattr(sides, f"{side}_keyword", f"{side}_match")
+        if query_vector is not None:
+            near = vectors.nearest(conn, name, user, query_vector, pool, copies=copies,
+                                   active_only=not include_superseded)
+            params[f"{side}_vector_hits"] = json.dumps(near)
+            setattr(sides, f"{side}_vector", f"{side}_vector_hits")
+    if not any(vars(sides).values()):
+        return []
+    hl = settings.half_life_days
+    params.update({
+        "rrf": fusion == "rrf", "rrf_k": settings.rrf_k, "alpha": alpha,
+        "atom_weight": settings.atom_weight, "skipped_weight": settings.skipped_turn_weight,
+        "floor": settings.freshness_floor, "conf_floor": settings.confidence_floor,
+        "now": _user_now(conn, user),
+        "hl_fact": hl.get("fact"), "hl_preference": hl.get("preference"),
+        "hl_constraint": hl.get("constraint"), "hl_event": hl.get("event"),
+    })
+    found = conn.execute(fusion_sql(sides, settings, include_superseded=include_superseded), params).fetchall()
+    hits = distinct_evidence([rows.hit(row) for row in found])[:k]
+    for hit in hits:
+        if hit.layer == "atom" and hit.status == "conflicting":
+            hit.conflicts = rows.conflict_partners(conn, hit.id)
+    return hits
+
+
+def _user_now(conn: apsw.Connection, user: str) -> str:
+    row = conn.execute('select max("ts") from "turns" where "user" = ?', (user,)).fetchone()
+    return row[0] or now()
+
+
+def distinct_evidence(hits: list[Hit]) -> list[Hit]:
+    """Keep hits in rank order, dropping any whose turns are all covered by kept hits."""
+    covered: set[int] = set()
+    kept = []
+    for hit in hits:
+        if hit.turn_ids and covered.issuperset(hit.turn_ids):
+            continue
+        covered.update(hit.turn_ids)
+        kept.append(hit)
+    return kept
