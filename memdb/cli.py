@@ -81,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--atom", type=int)
     group.add_argument("--turn", type=int)
 
-    command("export", _export, "everything held for a user, as JSON Lines")
+    p = command("export", _export, "everything held for a user, as JSON Lines")
+    p.add_argument("--pairs", action="store_true",
+                   help="instead: (turn, preceding turns, the atoms kept from it), to train an extractor on")
     p = command("reembed", _reembed, "rebuild every vector with another embedder", user=False)
     p.add_argument("--to", required=True, help="'minilm' or a .gguf embedding model")
 
@@ -184,7 +186,7 @@ def _forget(args: argparse.Namespace) -> None:
 
 def _export(args: argparse.Namespace) -> None:
     with _open(args) as mem:
-        for row in mem.export(args.user):
+        for row in (mem.pairs(args.user) if args.pairs else mem.export(args.user)):
             print(json.dumps(row, ensure_ascii=False, default=str))
 
 

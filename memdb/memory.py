@@ -395,6 +395,26 @@ class Memory:
             yield {"type": "atom", **atom.__dict__}
 
     @_file_errors
+    def pairs(self, user: str) -> Iterator[dict]:
+        """Training pairs for a future extractor (the seeds' path B): each extracted turn with the
+        turns before it in its session and the atoms extraction kept from it (any status since).
+        Pending and failed turns are left out: they have no validated answer yet."""
+        check_name(user, "user")
+        with self._lock:
+            turns = rows.session_turns(self.conn, user)
+        shown = self.settings.extract_history
+        for i, turn in enumerate(turns):
+            if turn["state"] not in ("done", "skipped"):
+                continue
+            before = [t for t in turns[max(0, i - shown):i] if t["session"] == turn["session"]]
+            with self._lock:
+                atoms = rows.atoms_from_turn(self.conn, turn["id"])
+            yield {"type": "pair", "turn": turn,
+                   "context": [{k: t[k] for k in ("id", "role", "speaker", "content", "ts")} for t in before],
+                   "atoms": [{k: a.__dict__[k] for k in ("id", "kind", "text", "record", "confidence", "status")}
+                             for a in atoms]}
+
+    @_file_errors
     def stats(self, user: str | None = None) -> dict[str, Any]:
         """Counts, sizes and token figures (for one user, or the whole file)."""
         if user is not None:

@@ -68,3 +68,30 @@ def test_errors_are_one_line_and_exit_2(filled, tmp_path, capsys):
 def test_profile_and_events_empty(filled, capsys):
     assert (0, "(empty)\n") == run(capsys, "profile", filled, "-u", "alice", "--embedder", "none")[:2]
     assert (0, "(no events)\n") == run(capsys, "events", filled, "-u", "alice", "--embedder", "none")[:2]
+
+
+class OneAtomLLM:
+    """A scripted model: one atom about the database for every turn it is asked about."""
+
+    name, sha256 = "one-atom", "0" * 64
+
+    def complete(self, messages, *, schema, max_tokens):
+        return '{"a":["Alice | 数据库是 | PostgreSQL"]}'
+
+
+def test_export_pairs_gives_each_extracted_turn_its_context_and_atoms(tmp_path, capsys):
+    import memdb
+
+    db = str(tmp_path / "pairs.db")
+    with memdb.open(db, embedder=None, extract="now", llm=OneAtomLLM()) as mem:
+        said = [{"role": "user", "name": "Alice", "content": "我们的数据库是 PostgreSQL，用了五年，很稳定。"},
+                MESSAGES[1], {"role": "user", "name": "Alice", "content": "Thanks!"}]
+        mem.add(said, user="alice")
+        mem.add([{"role": "user", "name": "Alice", "content": "还没提取的一句"}], user="alice", session="later")
+        mem.conn.execute("update turns set state = 0 where content = '还没提取的一句'")  # pending: no answer yet
+    code, out, _ = run(capsys, "export", db, "-u", "alice", "--pairs", "--embedder", "none")
+    pairs = [json.loads(line) for line in out.splitlines()]
+    assert 0 == code
+    assert [m["content"] for m in said] == [p["turn"]["content"] for p in pairs]
+    assert [[], [1], [1, 2]] == [[c["id"] for c in p["context"]] for p in pairs]
+    assert [["Alice 数据库是 PostgreSQL"], [], []] == [[a["text"] for a in p["atoms"]] for p in pairs]

@@ -243,7 +243,11 @@ def read_turns(conn: apsw.Connection, turn_ids: Sequence[int], user: str | None 
     sql = (f'select {columns} from "turns" where "id" in ({marks})'
            + (' and "user" = ?' if user is not None else "") + ' order by "id"')
     args = (*turn_ids, user) if user is not None else tuple(turn_ids)
-    out = [dict(zip(TURN_KEYS, r)) for r in conn.execute(sql, args).fetchall()]
+    return _turn_dicts(conn.execute(sql, args).fetchall())
+
+
+def _turn_dicts(found: list[tuple]) -> list[dict]:
+    out = [dict(zip(TURN_KEYS, r)) for r in found]
     for row in out:
         row["role"], row["state"] = codec.ROLE_NAMES[row["role"]], codec.STATE_NAMES[row["state"]]
     return out
@@ -298,6 +302,19 @@ def events(conn: apsw.Connection, user: str, since: str, until: str) -> list[Ato
 def user_atoms(conn: apsw.Connection, user: str) -> list[Atom]:
     """Every atom of user, any status, in id order."""
     return read_atoms(conn, 'where a."user" = ? order by a."id"', (user,))
+
+
+def atoms_from_turn(conn: apsw.Connection, turn_id: int) -> list[Atom]:
+    """Every atom (any status) that cites turn_id as a source, in id order."""
+    return read_atoms(conn, 'where a."id" in (select "atom_id" from "atom_sources" where "turn_id" = ?) '
+                      'order by a."id"', (turn_id,))
+
+
+def session_turns(conn: apsw.Connection, user: str) -> list[dict]:
+    """The user's turns in session order, as dicts (TURN_KEYS)."""
+    columns = ", ".join(f'"{k}"' for k in TURN_KEYS)
+    return _turn_dicts(conn.execute(f'select {columns} from "turns" where "user" = ? order by "session", "seq"',
+                                    (user,)).fetchall())
 
 
 def user_turn_ids(conn: apsw.Connection, user: str) -> list[int]:
