@@ -6,7 +6,7 @@ conversation in the atoms file, its turns up to the last turn any atom cites (th
 may have covered only a prefix; --whole takes every turn) are loaded into a memdb file with
 the atoms absorbed through the lifecycle (dedup), as bench/locomo_retrieval.py does. Figures:
 
-1. tokens (the extraction model's tokenizer, memdb.extract.count_tokens) of the L0 text —
+1. tokens (the extraction model's tokenizer, memdb.models.llama.count_tokens) of the L0 text —
    each turn as "speaker: words" — against the atoms' canonical lines, for the candidates as
    extracted and for the active atoms after dedup, and for the lines as context() renders them
    ("date · kind · text");
@@ -39,7 +39,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import memdb  # noqa: E402
 from locomo_retrieval import evidence, load_atoms, parse_session_time, turn_text  # noqa: E402
-from memdb import codec, extract, search  # noqa: E402
+from memdb import codec  # noqa: E402
+from memdb.db import rows as db_rows  # noqa: E402
+from memdb.models import llama  # noqa: E402
+from memdb.search import context as search_context  # noqa: E402
 from scale import machine  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
@@ -48,7 +51,7 @@ MAX_RAW = 60  # raw turns tried best-first before giving up on matching the reca
 
 
 def tokens(line: str) -> int:
-    return extract.count_tokens(None, line)
+    return llama.count_tokens(None, line)
 
 
 def conversation(sample: dict) -> list[tuple[str, dict]]:
@@ -88,15 +91,15 @@ def context_with_turns(mem: memdb.Memory, query: str, user: str, budget: int, la
     hits = mem.search(query, user=user, k=20, layer=layer)
     by_line: dict[str, list[int]] = {}
 
-    def related(hit: search.Hit) -> list[search.Hit]:
-        out = search.related_atoms(mem.conn, hit)
+    def related(hit: memdb.Hit) -> list[memdb.Hit]:
+        out = search_context.related_atoms(mem.conn, hit)
         for h in out:
-            by_line[search.render_line(h)] = h.turn_ids
+            by_line[search_context.render_line(h)] = h.turn_ids
         return out
 
     for h in hits:
-        by_line[search.render_line(h)] = h.turn_ids
-    block = search.context(hits, related, budget=budget, count_tokens=mem.count_tokens)
+        by_line[search_context.render_line(h)] = h.turn_ids
+    block = search_context.context(hits, related, budget=budget, count_tokens=mem.count_tokens)
     prefix: list[tuple[int, set[int]]] = []  # (tokens so far, turns covered so far) per line
     used, covered = 0, set()
     for line in block.splitlines():
@@ -125,7 +128,7 @@ def run(data: Path, atoms_path: Path, whole: bool) -> dict:
             turn_to_dia = {v: k for k, v in dia_to_turn.items()}
             l0_lines = [f"{t['speaker']}: {turn_text(t)}" for _, t in turns]
             cand_lines = [codec.canonical_text(codec.validate(r["record"])) for r in rows if r["conv"] == conv]
-            active = mem._atoms('where a."user" = ? and a."status" in (0, 2)', (conv,))
+            active = db_rows.read_atoms(mem.conn, f'where a."user" = ? and a."status" in {codec.HELD}', (conv,))
             c = {"turns": len(turns), "candidates": len(cand_lines), "active_atoms": len(active),
                  "l0_tokens": sum(tokens(x) for x in l0_lines),
                  "candidate_tokens": sum(tokens(x) for x in cand_lines),
@@ -138,7 +141,8 @@ def run(data: Path, atoms_path: Path, whole: bool) -> dict:
             tok["atoms"] += c["atom_tokens"]
             tok["atoms_rendered"] += c["atom_rendered_tokens"]
             all_records += [a.record for a in active]
-            full_context = sum(mem.count_tokens(search.render_line(_turn_hit(mem, t)) + "\n") for t in dia_to_turn.values())
+            full_context = sum(mem.count_tokens(search_context.render_line(_turn_hit(mem, t)) + "\n")
+                               for t in dia_to_turn.values())
             out["questions"] += questions(mem, conv, samples[conv], dia_to_turn, turn_to_dia, full_context)
             print(f"{conv}: {len(turns)} turns, {len(active)} atoms, L0/atoms {c['l0_over_atoms']}x", file=sys.stderr)
             mem.close()
@@ -151,15 +155,15 @@ def run(data: Path, atoms_path: Path, whole: bool) -> dict:
 
 
 def _render(atom) -> str:
-    hit = search.Hit(id=atom.id, layer="atom", text=atom.text, score=0.0, turn_ids=atom.turn_ids,
-                     ts=atom.valid_from if atom.kind == "event" else atom.last_seen, kind=atom.kind)
-    return search.render_line(hit)
+    hit = memdb.Hit(id=atom.id, layer="atom", text=atom.text, score=0.0, turn_ids=atom.turn_ids,
+                    ts=atom.valid_from if atom.kind == "event" else atom.last_seen, kind=atom.kind)
+    return search_context.render_line(hit)
 
 
-def _turn_hit(mem: memdb.Memory, turn_id: int) -> search.Hit:
+def _turn_hit(mem: memdb.Memory, turn_id: int) -> memdb.Hit:
     row = mem.turns([turn_id])[0]
-    return search.Hit(id=turn_id, layer="turn", text=row["content"], score=0.0, turn_ids=[turn_id],
-                      ts=row["ts"], speaker=row["speaker"])
+    return memdb.Hit(id=turn_id, layer="turn", text=row["content"], score=0.0, turn_ids=[turn_id],
+                     ts=row["ts"], speaker=row["speaker"])
 
 
 def questions(mem: memdb.Memory, user: str, sample: dict, dia_to_turn: dict[str, int],
@@ -172,7 +176,7 @@ def questions(mem: memdb.Memory, user: str, sample: dict, dia_to_turn: dict[str,
         raw = mem.search(qa["question"], user=user, k=MAX_RAW, layer="turns")
         raw_cost, raw_recall, used = [], [], 0
         for i, h in enumerate(raw):
-            used += mem.count_tokens(search.render_line(h) + "\n")
+            used += mem.count_tokens(search_context.render_line(h) + "\n")
             raw_cost.append(used)
             raw_recall.append(len(gold & {t for x in raw[: i + 1] for t in x.turn_ids}) / len(gold))
         row = {"conv": user, "question": qa["question"], "category": qa.get("category"), "full_context_tokens": full_context}

@@ -33,7 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
-from memdb import codec, embed, lifecycle, store, text  # noqa: E402
+from memdb import codec, text  # noqa: E402
+from memdb.db import connection  # noqa: E402
+from memdb.db import rows as db_rows  # noqa: E402
+from memdb.lifecycle import absorb, relation  # noqa: E402
+from memdb.models import embedders  # noqa: E402
 from memdb.settings import Settings  # noqa: E402
 
 PAIRS = ROOT / "bench" / "dedup_pairs.json"
@@ -63,8 +67,8 @@ def judge(pairs: list[dict], sims: list[float] | None, settings: Settings) -> li
     out = []
     for i, pair in enumerate(pairs):
         a_line, b_line = codec.canonical_text(pair["a"]), codec.canonical_text(pair["b"])
-        sim = sims[i] if sims is not None else lifecycle.keyword_similarity(b_line, a_line)
-        out.append(lifecycle.relation(pair["b"], pair["a"], sim, settings, keyword_only=sims is None))
+        sim = sims[i] if sims is not None else relation.keyword_similarity(b_line, a_line)
+        out.append(relation.relation(pair["b"], pair["a"], sim, settings, keyword_only=sims is None))
     return out
 
 
@@ -275,8 +279,8 @@ def _one_conversation(sample: dict, atoms: list[dict], vectors: np.ndarray, embe
         started = time.perf_counter()
         for i in sorted(range(len(atoms)), key=lambda i: _when(atoms[i], times)):
             atom = atoms[i]
-            with store.write(mem.conn):
-                action, atom_id = lifecycle.absorb(
+            with connection.write(mem.conn):
+                action, atom_id = absorb.absorb(
                     mem.conn, user=user, record=atom["record"], confidence=atom["confidence"],
                     turn_ids=[turn_of[d] for d in atom["dia_ids"] if d in turn_of], ts=_when(atom, times),
                     vector=None if keyword_only else vectors[i], settings=settings)
@@ -329,11 +333,11 @@ def _example(mem, action: str, atom_id: int, record: dict) -> dict:
 def _store_turns(mem, sample: dict, times: dict[str, str], user: str) -> dict[str, int]:
     # Turns go in without vectors: part 2 measures atoms, and embedding every turn costs minutes.
     conv, turn_of = sample["conversation"], {}
-    with store.write(mem.conn):
+    with connection.write(mem.conn):
         for key in sorted((k for k in conv if k.startswith("session_") and k[8:].isdigit()),
                           key=lambda k: int(k[8:])):
             for seq, turn in enumerate(conv[key], start=1):
-                turn_of[turn["dia_id"]] = store.insert_turn(
+                turn_of[turn["dia_id"]] = db_rows.insert_turn(
                     mem.conn, user=user, session=key, seq=seq, role="user", speaker=turn["speaker"],
                     content=turn["text"], ts=times[turn["dia_id"]], vector=None)
     return turn_of
@@ -362,7 +366,7 @@ def main() -> None:
     parser.add_argument("--atoms", type=Path, help="JSON lines of extracted dev-split candidates (part 2)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    embedder, settings = embed.load(), Settings()
+    embedder, settings = embedders.load(), Settings()
     args.out.mkdir(parents=True, exist_ok=True)
     result = labelled(embedder, settings)
     (args.out / "dedup.json").write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

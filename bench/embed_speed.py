@@ -32,7 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memdb import embed  # noqa: E402
+from bench import minilm_gguf  # noqa: E402
+from memdb.models import embedders  # noqa: E402
 
 LOCOMO = ROOT / ".." / "shared" / "data" / "locomo_dev.json"
 OUT = ROOT / "bench" / "results" / "embed_speed.json"
@@ -119,7 +120,7 @@ def gguf_rate(texts: list[str], batches: list[int], runs: int) -> dict | None:
     except ImportError:
         return None
     with tempfile.TemporaryDirectory() as tmp:
-        model = embed.load(embed.convert_to_gguf(Path(tmp) / "minilm.gguf"))
+        model = embedders.load(minilm_gguf.convert_to_gguf(Path(tmp) / "minilm.gguf"))
         return {str(b): rate(model.embed, texts, b, runs) for b in batches}
 
 
@@ -139,11 +140,11 @@ def main() -> None:
     texts, source = sentences(args.sentences)
     info = machine()
     settings = [t for t in args.threads.split(",") if t == "default" or _has_threadpoolctl()]
-    model = embed.load()
+    model = embedders.load()
     tokens = statistics.mean(len(model.model.tokenizer.encode(t, 256)) for t in texts)
     numpy_rates: dict[str, dict[str, dict[str, float]]] = {}
     for setting in settings:
-        run = embed.load(threads=None if setting == "default" else int(setting))
+        run = embedders.load(threads=None if setting == "default" else int(setting))
         numpy_rates[f"threads={setting}"] = {
             str(b): rate(run.embed, texts[: max(b, len(texts) // 4)] if b == 1 else texts, b, args.runs)
             for b in batches

@@ -3,8 +3,9 @@
     .venv/bin/python bench/extract_locomo.py                       # both dev conversations
     .venv/bin/python bench/extract_locomo.py --conv conv-26 --limit-turns 60
 
-Each conversation is fed to memdb.extract session by session, in batches of --batch consecutive
-turns with the three turns before each batch as history, exactly as the extraction queue does.
+Each conversation is fed to memdb.extraction.extract session by session, in batches of --batch
+consecutive turns with the three turns before each batch as history, exactly as the extraction
+queue does (one model call per turn, the turn alone: Settings.extract_context is 0).
 Figures:
 - recall: an observation (LoCoMo's model-written facts, each tied to a dia_id) counts as covered
   when an atom sourced from that same turn has MiniLM cosine >= 0.6 with it;
@@ -33,7 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memdb import codec, extract  # noqa: E402
+from memdb import codec  # noqa: E402
+from memdb.extraction import extract, prefilter, records  # noqa: E402
+from memdb.models import llama  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
 THRESHOLD = 0.6
@@ -44,7 +47,7 @@ def session_ts(stamp: str) -> str:
     return dt.datetime.strptime(stamp.strip(), "%I:%M %p on %d %B, %Y").isoformat()
 
 
-def conversation_turns(sample: dict, limit: int | None) -> list[tuple[list[extract.Turn], dict[int, str]]]:
+def conversation_turns(sample: dict, limit: int | None) -> list[tuple[list[records.Turn], dict[int, str]]]:
     """Per session: the turns (ids numbered across the conversation) and id → dia_id."""
     conv = sample["conversation"]
     sessions = sorted((int(k.split("_")[1]), k) for k in conv if k.startswith("session_") and k.count("_") == 1)
@@ -53,7 +56,7 @@ def conversation_turns(sample: dict, limit: int | None) -> list[tuple[list[extra
         ts = session_ts(conv[f"{key}_date_time"])
         turns, dia = [], {}
         for row in conv[key][:left]:
-            turns.append(extract.Turn(id=next_id, user=sample["sample_id"], session=key, role="user",
+            turns.append(records.Turn(id=next_id, user=sample["sample_id"], session=key, role="user",
                                       speaker=row["speaker"], content=row["text"], ts=ts))
             dia[next_id] = row["dia_id"]
             next_id += 1
@@ -79,14 +82,14 @@ def observations(sample: dict, dia_ids: set[str]) -> list[tuple[str, list[str]]]
 def run(args: argparse.Namespace) -> dict:
     data = json.loads(DATA.read_text())
     samples = [s for s in data if not args.conv or s["sample_id"] in args.conv]
-    llm = extract.load_llm(args.llm, threads=args.threads)
+    llm = llama.load_llm(args.llm, threads=args.threads)
     started = time.perf_counter()
     llm.model()
     load_seconds = time.perf_counter() - started
 
     per_batch: list[float] = []
     all_atoms: list[dict] = []
-    outcomes: dict[tuple[str, int], extract.Outcome] = {}
+    outcomes: dict[tuple[str, int], records.Outcome] = {}
     turn_text: list[str] = []
     dia_of: dict[tuple[str, int], str] = {}
     sink = open(args.atoms, "w", encoding="utf-8") if args.atoms else None
@@ -114,8 +117,8 @@ def run(args: argparse.Namespace) -> dict:
     grounding_dropped = sum(v for k, v in dropped.items() if k in grounding_reasons)
 
     recall = measure_recall(samples, all_atoms, dia_of, args)
-    l0_tokens = sum(extract.count_tokens(llm, t) for t in turn_text)
-    atom_tokens = sum(extract.count_tokens(llm, a["text"]) for a in all_atoms)
+    l0_tokens = sum(llama.count_tokens(llm, t) for t in turn_text)
+    atom_tokens = sum(llama.count_tokens(llm, a["text"]) for a in all_atoms)
 
     if sink:
         sink.close()
@@ -129,7 +132,6 @@ def run(args: argparse.Namespace) -> dict:
         "model": {"name": llm.name, "sha256": llm.sha256, "load_seconds": round(load_seconds, 2)},
         "conversations": [s["sample_id"] for s in samples],
         "batch": args.batch,
-        "max_batch": extract.MAX_BATCH,
         "interrupted": interrupted,
         "turns": n_turns,
         "turn_states": dict(states),
@@ -159,7 +161,7 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
-def _extract_all(samples: list[dict], args: argparse.Namespace, llm: extract.LlamaLLM, per_batch: list[float],
+def _extract_all(samples: list[dict], args: argparse.Namespace, llm: llama.LlamaLLM, per_batch: list[float],
                  all_atoms: list[dict], outcomes: dict, turn_text: list[str], dia_of: dict, sink) -> None:
     """Feed every session to extract() in batches, collecting outcomes and atoms as they come."""
     for sample in samples:
@@ -194,9 +196,9 @@ def _extract_all(samples: list[dict], args: argparse.Namespace, llm: extract.Lla
 
 def measure_recall(samples: list[dict], atoms: list[dict], dia_of: dict, args: argparse.Namespace) -> dict:
     """Share of gold observations covered by an atom from the same turn (MiniLM cosine >= 0.6)."""
-    from memdb import embed
+    from memdb.models import embedders
 
-    embedder = embed.load()
+    embedder = embedders.load()
     total = covered = 0
     for sample in samples:
         conv = sample["sample_id"]
@@ -262,8 +264,8 @@ def prefix_reuse(args: argparse.Namespace, n_turns: int = 8) -> dict:
     sample = data[-1]
     turns, _ = conversation_turns(sample, 40)[0]
     names = {t.speaker for t in turns}
-    turns = [t for t in turns if not extract.prefilter(t, names)][:n_turns]
-    llm = extract.load_llm(args.llm, threads=args.threads)
+    turns = [t for t in turns if not prefilter.prefilter(t, names)][:n_turns]
+    llm = llama.load_llm(args.llm, threads=args.threads)
     model = llm.model()
     extract.extract([turns[0]], llm)  # warm-up: the prefix is now in the cache
     rows = []
@@ -288,7 +290,6 @@ def main() -> None:
     parser.add_argument("--conv", action="append", help="conversation id (repeatable); default: all")
     parser.add_argument("--limit-turns", type=int, default=None, help="first N turns of each conversation")
     parser.add_argument("--batch", type=int, default=6, help="turns per extract() call (memdb's default is 6)")
-    parser.add_argument("--max-batch", type=int, default=None, help="override extract.MAX_BATCH (turns per model call)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--llm", default=None, help="a GGUF path (default: the bundled model)")
     parser.add_argument("--out", default=None, help="results JSON (default: bench/results/extract_<convs>.json)")
@@ -307,8 +308,6 @@ def main() -> None:
         out.write_text(json.dumps(merge(args.merge), indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {out}")
         return
-    if args.max_batch:
-        extract.MAX_BATCH = args.max_batch
     result = run(args)
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / (
         "extract_" + ("_".join(args.conv) if args.conv else "dev") + (f"_{args.limit_turns}" if args.limit_turns else "") + ".json")

@@ -11,8 +11,8 @@ turn per add() call, as an agent loop would, into a new file:
 
 Stages are timed by wrapping the functions that do the work (exclusive time: a stage called
 inside another is not counted twice): the model call (LLM.complete), the rest of
-extract.extract (validation, grounding, time resolution), the embedder, lifecycle.absorb
-(dedup: candidate KNN + FTS, the decision), store.insert_atom, store.insert_turn, and the
+extraction.extract (validation, grounding, time resolution), the embedder, lifecycle.absorb
+(dedup: candidate KNN + FTS, the decision), db.rows.insert_atom, db.rows.insert_turn, and the
 write transaction itself (begin/commit, fsync). "other" is what is left of add(): input
 checks, pending-turn queries. The model is loaded before timing (its load time is reported
 on its own). The model runs at ~1 s per turn here, so keep the slice bounded.
@@ -41,7 +41,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import memdb  # noqa: E402
 from locomo_retrieval import parse_session_time, turn_text  # noqa: E402
-from memdb import extract, lifecycle, store  # noqa: E402
+from memdb import memory  # noqa: E402
+from memdb.db import connection  # noqa: E402
+from memdb.db import rows as db_rows  # noqa: E402
+from memdb.extraction import pipeline  # noqa: E402
 from scale import machine  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
@@ -77,7 +80,7 @@ class Timers:
         return wrapped
 
     def wrap_cm(self, name: str, cm_fn: Callable) -> Callable:
-        """Wrap a context-manager factory (store.write): its own time, not its body's."""
+        """Wrap a context-manager factory (connection.write): its own time, not its body's."""
         @contextlib.contextmanager
         def wrapped(*args, **kwargs):
             with self.stage(name):
@@ -112,13 +115,17 @@ def slice_messages(sample: dict, n: int) -> list[tuple[str, dict]]:
 
 
 def instrument(mem: memdb.Memory, timers: Timers, llm) -> list[tuple]:
-    """Patch the stage functions; returns what to restore."""
+    """Patch the stage functions; returns what to restore.
+
+    Each is patched where its caller looks it up: extract() and absorb() are imported by name
+    into extraction/pipeline.py and memory.py, so a patch of their own module would go unseen;
+    rows and connection functions are called through their modules."""
     patches = [
-        (extract, "extract", timers.wrap("extract (parse, ground, time)", extract.extract)),
-        (lifecycle, "absorb", timers.wrap("absorb (dedup)", lifecycle.absorb)),
-        (store, "insert_atom", timers.wrap("store atoms", store.insert_atom)),
-        (store, "insert_turn", timers.wrap("store turns", store.insert_turn)),
-        (store, "write", timers.wrap_cm("transaction (begin/commit)", store.write)),
+        (pipeline, "extract", timers.wrap("extract (parse, ground, time)", pipeline.extract)),
+        (memory, "absorb", timers.wrap("absorb (dedup)", memory.absorb)),
+        (db_rows, "insert_atom", timers.wrap("store atoms", db_rows.insert_atom)),
+        (db_rows, "insert_turn", timers.wrap("store turns", db_rows.insert_turn)),
+        (connection, "write", timers.wrap_cm("transaction (begin/commit)", connection.write)),
     ]
     if mem.embedder is not None:
         patches.append((mem.embedder, "embed", timers.wrap("embed", mem.embedder.embed)))

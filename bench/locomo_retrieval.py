@@ -27,7 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
-from memdb import codec, lifecycle, search, store  # noqa: E402
+from memdb import codec  # noqa: E402
+from memdb.db import connection  # noqa: E402
+from memdb.lifecycle import absorb  # noqa: E402
+from memdb.search import context as search_context  # noqa: E402
+from memdb.search import fusion as search_fusion  # noqa: E402
+from memdb.search import query as search_query  # noqa: E402
 
 KS = (5, 10, 20)
 
@@ -70,14 +75,14 @@ def load_atoms(mem: memdb.Memory, user: str, path: Path, dia_to_turn: dict[str, 
     records = [codec.validate(r["record"]) for r in rows]
     vectors = mem.embedder.embed([codec.canonical_text(r) for r in records])
     ts_of = {t["id"]: t["ts"] for t in mem.turns(sorted(dia_to_turn.values()))}
-    with store.write(mem.conn):
+    with connection.write(mem.conn):
         for row, record, vector in zip(rows, records, vectors):
             turn_ids = [dia_to_turn[d] for d in row["dia_ids"] if d in dia_to_turn]
             if not turn_ids:
                 continue
-            lifecycle.absorb(mem.conn, user=user, record=record, confidence=row.get("confidence", 0.8),
-                             turn_ids=turn_ids, ts=max(ts_of[t] for t in turn_ids), vector=vector,
-                             settings=mem.settings)
+            absorb.absorb(mem.conn, user=user, record=record, confidence=row.get("confidence", 0.8),
+                          turn_ids=turn_ids, ts=max(ts_of[t] for t in turn_ids), vector=vector,
+                          settings=mem.settings)
             mem.conn.execute('update "turns" set "state" = 1 where "id" in (%s)' % ",".join("?" * len(turn_ids)), turn_ids)
     return len(rows)
 
@@ -86,7 +91,7 @@ def evidence(qa: dict) -> set[str]:
     return {e.strip() for ev in qa["evidence"] for e in ev.split(";") if e.strip()}
 
 
-def score(hits: list[search.Hit], gold: set[str], turn_to_dia: dict[int, str]) -> dict[str, float]:
+def score(hits: list[memdb.Hit], gold: set[str], turn_to_dia: dict[int, str]) -> dict[str, float]:
     covered: list[set[str]] = [{turn_to_dia[t] for t in h.turn_ids if t in turn_to_dia} for h in hits]
     out = {}
     for k in KS:
@@ -127,28 +132,28 @@ def run(data: Path, atoms: Path | None, sweep: bool) -> dict:
             print(f"{user}: {len(dia_to_turn)} turns, {n_atoms} atoms read, "
                   f"{mem.stats()['atoms']} atoms after dedup, {len(qas)} questions", file=sys.stderr)
             for qa, qvec in zip(qas, qvecs):
-                gold, intent = evidence(qa), search.intent(qa["question"])
+                gold, intent = evidence(qa), search_query.intent(qa["question"])
                 for name, (layer, fusion, alpha) in CONFIGS.items():
                     if layer != "turns" and not atoms:
                         continue
                     t0 = time.perf_counter()
-                    hits = search.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
-                                         settings=mem.settings, query_vector=qvec, fusion=fusion, alpha=alpha,
-                                         cache=mem.cache)
+                    hits = search_fusion.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
+                                                settings=mem.settings, query_vector=qvec, fusion=fusion, alpha=alpha,
+                                                copies=mem.copies, term_counts=mem.term_counts)
                     latencies.append(time.perf_counter() - t0)
                     row = score(hits, gold, turn_to_dia)
                     # Tokens of what search returns (the hits' text) and of the same hits
                     # rendered as context lines (date · kind/speaker · text).
                     row["text_tokens@10"] = sum(mem.count_tokens(h.text) for h in hits[:10])
-                    row["tokens@10"] = sum(mem.count_tokens(search.render_line(h) + "\n") for h in hits[:10])
+                    row["tokens@10"] = sum(mem.count_tokens(search_context.render_line(h) + "\n") for h in hits[:10])
                     row["intent"] = intent
                     results[name].append(row)
                 if sweep:
                     for layer in (("atoms", "both", "turns") if atoms else ("turns",)):
                         for a in np.round(np.linspace(0, 1, 11), 1):
-                            hits = search.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
-                                                 settings=mem.settings, query_vector=qvec, fusion="weighted", alpha=float(a),
-                                                 cache=mem.cache)
+                            hits = search_fusion.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
+                                                        settings=mem.settings, query_vector=qvec, fusion="weighted",
+                                                        alpha=float(a), copies=mem.copies, term_counts=mem.term_counts)
                             sweep_rows[(layer, intent, float(a))].append(score(hits, gold, turn_to_dia))
             mem.close()
     summary = {name: _mean(rows) for name, rows in results.items()}

@@ -1,19 +1,21 @@
 """Search latency and insert throughput from 10k to 1M atoms, beside the numpy floor.
 
 For each configuration (one user holding 10k, 100k or 1M atoms; 1,000 users × 1k atoms in one
-file) the file is built by bench/synth.py (through store.insert_turn / insert_atom, kept in
---dir and reused) and then measured in a fresh process:
+file) the file is built by bench/synth.py (through memdb.db.rows.insert_turn / insert_atom, kept
+in --dir and reused) and then measured in a fresh process:
 
 - search latency p50/p95/p99 for layer="atoms" and layer="both" over a few hundred generated
   queries (English and Chinese, several shapes), split into stages: the keyword CTE(s) alone,
-  the KNN(s) alone, the whole fusion statement, and search() end to end (statement + evidence
-  grouping); query embedding is excluded (timed separately). Stages run interleaved per query,
-  so noise from the shared machine falls on all of them alike.
+  the vector side(s) alone (memdb.index.vectors.nearest: the in-memory copy for a large user,
+  else vec0's KNN), the whole fusion statement (which reads the vector side's ids as bound
+  JSON), and search() end to end (both sides, statement, evidence grouping); query embedding
+  is excluded (timed separately). Stages run interleaved per query, so noise from the shared
+  machine falls on all of them alike.
 - the floor: numpy brute-force cosine top-k over the same vectors held in memory, with BLAS on
   one thread (sqlite-vec is single-threaded) and with its default threads; the vector stage
   over the one-thread floor is the ratio reported. recall@10 of the KNN against exact search.
 - insert throughput on the built file (rolled back afterwards): atoms/s through
-  store.insert_atom without dedup, and through lifecycle.absorb with dedup (fewer atoms).
+  memdb.db.rows.insert_atom without dedup, and through lifecycle.absorb with dedup (fewer atoms).
 - bytes per atom (the whole file, turns included, and per table), peak RSS (ru_maxrss) of the
   build process and of the measuring process before the floor's copy of the vectors is loaded.
 
@@ -45,8 +47,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import synth  # noqa: E402
-from memdb import lifecycle, search, store  # noqa: E402
-from memdb.cache import SearchCache  # noqa: E402
+from memdb.db import connection  # noqa: E402
+from memdb.db import rows as db_rows  # noqa: E402
+from memdb.index import vectors  # noqa: E402
+from memdb.index.copies import VectorCopies  # noqa: E402
+from memdb.index.fts import TermCounts  # noqa: E402
+from memdb.lifecycle import absorb  # noqa: E402
+from memdb.search import fusion as search_fusion  # noqa: E402
 from memdb.settings import Settings  # noqa: E402
 
 CONFIGS = {  # name: (total atoms, users)
@@ -111,9 +118,9 @@ def sidecar(db: Path) -> Path:
 
 
 def bound_statement(conn, query: str, qvec: np.ndarray, user: str, layer: str, settings: Settings,
-                    cache: SearchCache | None) -> tuple[str, dict]:
-    """The fusion statement and parameters search.search binds for this query, captured by
-    running it once through a spy connection (so this bench never drifts from search.py)."""
+                    indexes: dict) -> tuple[str, dict]:
+    """The fusion statement and parameters search_fusion.search binds for this query, captured by
+    running it once through a spy connection (so this bench never drifts from search/fusion.py)."""
     seen: dict = {}
 
     class Spy:
@@ -125,32 +132,27 @@ def bound_statement(conn, query: str, qvec: np.ndarray, user: str, layer: str, s
         def __getattr__(self, name):
             return getattr(conn, name)
 
-    search.search(Spy(), query, user=user, k=K, layer=layer, settings=settings, query_vector=qvec, cache=cache)
+    search_fusion.search(Spy(), query, user=user, k=K, layer=layer, settings=settings, query_vector=qvec, **indexes)
     return seen["sql"], seen["params"]
 
 
-SIDES = {"atoms": ("atom", "atoms_fts", search.ATOM_WEIGHTS, "atoms_vec", "atom_id", " and active = 1"),
-         "turns": ("turn", "turns_fts", search.TURN_WEIGHTS, "turns_vec", "turn_id", "")}
-
-
-def stage_times(conn, cache: SearchCache, params: dict, layer: str, user: str, qvec: np.ndarray,
-                pool: int) -> tuple[float, float, list[int]]:
+def stage_times(conn, copies: VectorCopies, settings: Settings, params: dict, layer: str, user: str,
+                qvec: np.ndarray, pool: int) -> tuple[float, float, list[int]]:
     """The keyword and vector sides of the bound statement run on their own, as search ran
-    them: the (pruned) MATCH through bm25, and the vectors through the in-memory copy when
-    search used it, else vec0's KNN. Returns both times and the atoms' vector top ids."""
+    them: the (pruned) MATCH through bm25, and vectors.nearest (the in-memory copy for a large
+    user, else vec0's KNN). Returns both times and the atoms' vector top ids."""
     t_kw = t_vec = 0.0
     top: list[int] = []
     for name in [n for n in ("atoms", "turns") if layer in (n, "both")]:
-        side, fts, weights, vec_table, key, active = SIDES[name]
+        side = name[:-1]  # "atom" | "turn", as search names its parameters
         if f"{side}_match" in params:
-            t_kw += timed(lambda: conn.execute(search._keyword_cte(fts, weights, f"{side}_match"), params).fetchall())[0]
-        if f"{side}_vector_hits" in params:
-            t, rows = timed(lambda: cache.top_k(conn, name, user, qvec, pool))
-        else:
-            t, rows = timed(lambda: conn.execute(search._vector_cte(vec_table, key, "knn", active), params).fetchall())
+            weights = getattr(settings, f"{side}_columns")
+            cte = search_fusion._keyword_cte(f"{name}_fts", weights, f"{side}_match")
+            t_kw += timed(lambda: conn.execute(cte, params).fetchall())[0]
+        t, near = timed(lambda: vectors.nearest(conn, name, user, qvec, pool, copies=copies))
         t_vec += t
         if name == "atoms":
-            top = [r[0] for r in rows]
+            top = [row_id for row_id, _ in near]
     return t_kw, t_vec, top
 
 
@@ -201,9 +203,9 @@ def floor_topk(mat: np.ndarray, ids: np.ndarray, q: np.ndarray, k: int) -> np.nd
 def cmd_measure(args: argparse.Namespace) -> dict:
     from threadpoolctl import threadpool_limits
 
-    from memdb import embed
+    from memdb.models import embedders
 
-    conn = store.connect(args.db)
+    conn = connection.connect(args.db)
     settings = Settings() if args.postings is None else Settings(keyword_postings=args.postings)
     users = [r[0] for r in conn.execute('select distinct "user" from "atoms" limit 2000')]
     rng = random.Random(3)
@@ -213,23 +215,26 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     for u in qusers:
         qs += [dict(q, user=u) for q in synth.queries(conn, u, per_user, seed=sum(map(ord, u)))]
     qs = qs[: args.queries]
-    embedder = embed.load()
+    embedder = embedders.load()
     t_embed, qvecs = timed(lambda: embedder.embed([q["query"] for q in qs]))
     out: dict = {"queries": len(qs), "query_langs": {l: sum(q["lang"] == l for q in qs) for l in ("en", "zh")},
                  "query_embed_ms_per_query": round(1000 * t_embed / len(qs), 2)}
 
-    cache = SearchCache(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
-    pool = max(settings.candidate_pool, 3 * K)
+    # What Memory keeps per connection: the vector copies and the term counts (index/).
+    copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
+    indexes = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth)}
+    pool = max(settings.candidate_pool, settings.pool_per_hit * K)
     # The first search of each user reads their vectors into memory (above vector_copy_min).
-    first = [timed(lambda q=q, v=v: search.search(conn, q["query"], user=q["user"], k=K, layer="both",
-                                                  settings=settings, query_vector=v, cache=cache))[0]
+    first = [timed(lambda q=q, v=v: search_fusion.search(conn, q["query"], user=q["user"], k=K, layer="both",
+                                                         settings=settings, query_vector=v, **indexes))[0]
              for q, v in {q["user"]: (q, v) for q, v in zip(qs, qvecs)}.values()]
     out["first_search_ms"] = summary(first)
-    out["copies"] = {"count": len(cache.copies), "mb": round(sum(c.nbytes for c in cache.copies.values()) / 2**20, 1),
+    out["copies"] = {"count": len(copies.copies), "mb": round(sum(c.nbytes for c in copies.copies.values()) / 2**20, 1),
                      "vector_copy_mb": args.copy_mb}
     # Warm the page cache and SQLite's cache the way a running agent would have it.
     for q, v in list(zip(qs, qvecs))[:min(20, max(3, len(qs) // 5))]:
-        search.search(conn, q["query"], user=q["user"], k=K, layer="both", settings=settings, query_vector=v, cache=cache)
+        search_fusion.search(conn, q["query"], user=q["user"], k=K, layer="both", settings=settings, query_vector=v,
+                             **indexes)
 
     # The baseline, in the same run: every side asked of SQLite (vec0 KNN, bm25 on all terms).
     plain = Settings(keyword_postings=0)
@@ -239,17 +244,17 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     for i, (q, v) in enumerate(zip(qs, qvecs)):
         gold = gold_ids(conn, q)
         for layer in ("atoms", "both"):
-            sql, params = bound_statement(conn, q["query"], v, q["user"], layer, settings, cache)
-            t_kw, t_vec, top = stage_times(conn, cache, params, layer, q["user"], v, pool)
+            sql, params = bound_statement(conn, q["query"], v, q["user"], layer, settings, indexes)
+            t_kw, t_vec, top = stage_times(conn, copies, settings, params, layer, q["user"], v, pool)
             if layer == "atoms":
                 knn_ids.append(top)
             t_stmt, _ = timed(lambda: conn.execute(sql, params).fetchall())
-            t_search, hits = timed(lambda: search.search(conn, q["query"], user=q["user"], k=K, layer=layer,
-                                                         settings=settings, query_vector=v, cache=cache))
+            t_search, hits = timed(lambda: search_fusion.search(conn, q["query"], user=q["user"], k=K, layer=layer,
+                                                                settings=settings, query_vector=v, **indexes))
             stages = [("keyword", t_kw), ("vector", t_vec), ("statement", t_stmt), ("search", t_search)]
             if i < args.baseline_queries:
-                t_base, base = timed(lambda: search.search(conn, q["query"], user=q["user"], k=K, layer=layer,
-                                                           settings=plain, query_vector=v))
+                t_base, base = timed(lambda: search_fusion.search(conn, q["query"], user=q["user"], k=K, layer=layer,
+                                                                  settings=plain, query_vector=v))
                 stages.append(("baseline_search", t_base))
                 if layer == "atoms":
                     found["memdb"].append(rank_of(gold, hits))
@@ -289,7 +294,7 @@ def cmd_measure(args: argparse.Namespace) -> dict:
         for layer in ("atoms", "both")}
     out["maxrss_mb_with_floor"] = round(maxrss_mb())
     try:
-        out["insert"] = insert_rates(conn, qusers[0], settings, args.insert, args.absorb, cache)
+        out["insert"] = insert_rates(conn, qusers[0], settings, args.insert, args.absorb, indexes)
     except Exception as exc:  # e.g. a file built before a schema change: keep the rest
         out["insert"] = {"error": f"{type(exc).__name__}: {exc}"}
     out["size"] = sizes(conn)
@@ -306,9 +311,9 @@ class _Rollback(Exception):
     pass
 
 
-def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: int, cache: SearchCache) -> dict:
+def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: int, indexes: dict) -> dict:
     """atoms/s on the built file, without dedup (insert_atom) and with (absorb, through the
-    same cache search uses); rolled back."""
+    same copies and term counts search uses); rolled back."""
     if max(n_plain, n_absorb) <= 0:
         return {}
     pool_bases = synth.bases(synth.POOL)
@@ -327,14 +332,14 @@ def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: in
         actions: dict[str, int] = {}
         t0 = time.perf_counter()
         try:
-            with store.write(conn):
+            with connection.write(conn):
                 for record, vector in zip(records[:n], vectors[:n]):
                     if name == "plain":
-                        store.insert_atom(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
-                                          first_seen=ts, last_seen=ts, vector=vector)
+                        db_rows.insert_atom(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
+                                            first_seen=ts, last_seen=ts, vector=vector)
                     else:
-                        action, _ = lifecycle.absorb(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
-                                                     ts=ts, vector=vector, settings=settings, cache=cache)
+                        action, _ = absorb.absorb(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
+                                                  ts=ts, vector=vector, settings=settings, **indexes)
                         actions[action] = actions.get(action, 0) + 1
                 seconds = time.perf_counter() - t0  # before the rollback: commit cost is not in it
                 raise _Rollback
@@ -391,7 +396,7 @@ def quant(conn, user: str, ids: np.ndarray, mat: np.ndarray, qvecs: list[np.ndar
     t0 = time.perf_counter()
     for lo in range(0, len(ids), 10_000):
         rows = [(int(i), user, m.tobytes()) for i, m in zip(ids[lo:lo + 10_000], mat[lo:lo + 10_000])]
-        with store.write(conn):
+        with connection.write(conn):
             conn.executemany("insert into q.v (atom_id, user, active, embedding, e8, eb) values "
                              "(?1, ?2, 1, ?3, vec_quantize_int8(?3, 'unit'), vec_quantize_binary(?3))", rows)
             conn.executemany("insert into q.f (atom_id, embedding) values (?, ?)", [(r[0], r[2]) for r in rows])

@@ -101,16 +101,16 @@ def check_file(conn: apsw.Connection) -> list[str]:
 NO_MODEL = "/nonexistent/no-model.gguf"
 
 
-def _open(path: str) -> memdb.Memory:
+def _open(path: str, llm: Any = NO_MODEL) -> memdb.Memory:
     # No extraction model on disk: context() budgets with the token estimate instead of loading
     # a tokenizer in every process, so the CPU goes to SQLite; writers script the model (EchoLLM).
-    return memdb.open(path, embedder=HashEmbedder(), llm=NO_MODEL, extract="defer")
+    return memdb.open(path, embedder=HashEmbedder(), llm=llm, extract="defer")
 
 
-def _open_or_report(path: str, out: dict[str, Any], results: Any) -> memdb.Memory | None:
+def _open_or_report(path: str, out: dict[str, Any], results: Any, llm: Any = NO_MODEL) -> memdb.Memory | None:
     """The worker's Memory, or None after reporting why it could not open (an error, not a hang)."""
     try:
-        return _open(path)
+        return _open(path, llm)
     except Exception:
         out["errors"].append(traceback.format_exc())
         results.put(out)
@@ -122,10 +122,9 @@ def _writer(path: str, n: int, deadline_s: float, start: Any, results: Any) -> N
     out: dict[str, Any] = {"role": "writer", "n": n, "ids": [], "adds": 0, "extracts": 0, "errors": []}
     start.wait()
     deadline = time.monotonic() + deadline_s
-    mem = _open_or_report(path, out, results)
+    mem = _open_or_report(path, out, results, llm=EchoLLM())
     if mem is None:
         return
-    mem._llm = EchoLLM()
     while time.monotonic() < deadline:
         try:
             messages = [{"role": rng.choice(["user", "user", "assistant"]),

@@ -45,16 +45,15 @@ from tests.conftest import HashEmbedder  # noqa: E402
 STATES = {"pending", "done", "skipped", "failed"}
 
 
-def _open(path: str) -> memdb.Memory:
-    return memdb.open(path, embedder=HashEmbedder(), llm=NO_MODEL, extract="defer")
+def _open(path: str, llm: Any = NO_MODEL) -> memdb.Memory:
+    return memdb.open(path, embedder=HashEmbedder(), llm=llm, extract="defer")
 
 
 def child(path: str, log_path: str, seed: int) -> None:
     """Ingest until killed; after each add() returns, append its ids and contents to the log."""
     rng = random.Random(seed)
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    mem = _open(path)
-    mem._llm = EchoLLM()
+    mem = _open(path, llm=EchoLLM())
     mine: list[int] = []
     n = 0
     while True:
@@ -141,8 +140,7 @@ def run(path: str, kills: int, seed: int) -> dict[str, Any]:
         problems += [f"after kill {round_ + 1}: {p}" for p in check["problems"]]
     logged = _acknowledged(log_path)
     before_resume = _verify(path, logged)
-    with _open(path) as mem:  # resume: the pending turns left by the kills get extracted now
-        mem._llm = EchoLLM()
+    with _open(path, llm=EchoLLM()) as mem:  # resume: the pending turns left by the kills get extracted now
         resumed = mem.extract()
     after = _verify(path, logged)
     problems += [f"after resume: {p}" for p in after["problems"]]

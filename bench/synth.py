@@ -4,13 +4,13 @@ The scale benchmark (bench/scale.py) needs files holding 10k to 1M atoms. Real e
 at about one turn a second, so the atoms are generated: varied kinds (facts, preferences,
 constraints, events with dates), a cast of named entities per user, English and Chinese
 (about one line in five is Chinese), many users. Rows go in through the same code paths as
-real ones — `store.insert_turn` and `store.insert_atom` inside `store.write` — only in large
-transactions, so the file has exactly the layout, FTS rows and vec0 rows memdb writes.
+real ones — `memdb.db.rows.insert_turn` and `insert_atom` inside `connection.write` — only in
+large transactions, so the file has exactly the layout, FTS rows and vec0 rows memdb writes.
 
 Vectors. MiniLM runs at ~200 texts/s here, so 1M embeddings would take hours. Instead a pool
 of `POOL` base statements (a predicate + object + domain, no subject) is embedded for real
-with `memdb.embed.load()`, and every atom is a *variant* of one base statement: same meaning,
-its own subject, date and wording. Its vector is
+with `memdb.models.embedders.load()`, and every atom is a *variant* of one base statement: same
+meaning, its own subject, date and wording. Its vector is
 
     v = normalise(pool[j] + MIX * pool[k] + noise),   noise ~ N(0, SIGMA² / dim · I)
 
@@ -43,7 +43,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memdb import codec, store  # noqa: E402
+from memdb import codec  # noqa: E402
+from memdb.db import connection  # noqa: E402
+from memdb.db import rows as db_rows  # noqa: E402
+from memdb.models import assets  # noqa: E402
 
 POOL = 3000  # base statements embedded for real
 SIGMA = 0.55  # noise norm relative to a unit pool vector
@@ -200,10 +203,10 @@ def pool_vectors(pool: list[Base], cache: Path | None = None) -> np.ndarray:
     cache = cache or Path(f"/tmp/memdb_synth_pool_{key}.npy")
     if cache.exists():
         return np.load(cache)
-    from memdb import embed
+    from memdb.models import embedders
 
     t0 = time.perf_counter()
-    vectors = embed.load().embed(lines)
+    vectors = embedders.load().embed(lines)
     print(f"embedded {len(lines)} pool lines in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     np.save(cache, vectors)
     return vectors
@@ -256,7 +259,7 @@ class UserPlan:
 
 def fill(conn, plans: list[UserPlan], pool_bases: list[Base], pool: np.ndarray, seed: int = 1,
          progress: bool = True) -> dict[str, float]:
-    """Write every user's turns and atoms through store.insert_turn / insert_atom.
+    """Write every user's turns and atoms through memdb.db.rows.insert_turn / insert_atom.
 
     Each turn (a session of 20 turns, one a few hours apart) is the source of up to
     ATOMS_PER_TURN atoms derived from it. Returns counts and seconds spent writing.
@@ -307,14 +310,14 @@ def _flush(conn, pending: list[tuple], pool: np.ndarray, nrng: np.random.Generat
     turn_vecs = derive(pool, np.array([p[6][0] for p in pending]), nrng)
     atom_vecs = derive(pool, np.array([b for p in pending for b in p[6]]), nrng)
     written = 0
-    with store.write(conn):
+    with connection.write(conn):
         for (user, session, seq, ts, content, records, _), tvec in zip(pending, turn_vecs):
-            turn_id = store.insert_turn(conn, user=user, session=session, seq=seq, role="user",
-                                        speaker=None, content=content, ts=ts, vector=tvec)
+            turn_id = db_rows.insert_turn(conn, user=user, session=session, seq=seq, role="user",
+                                          speaker=None, content=content, ts=ts, vector=tvec)
             conn.execute('update "turns" set "state" = 1 where "id" = ?', (turn_id,))
             for record in records:
-                store.insert_atom(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
-                                  first_seen=ts, last_seen=ts, vector=atom_vecs[written])
+                db_rows.insert_atom(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
+                                    first_seen=ts, last_seen=ts, vector=atom_vecs[written])
                 written += 1
     return written
 
@@ -367,14 +370,14 @@ def queries(conn, user: str, n: int, seed: int = 2) -> list[dict]:
 
 def build(path: Path, atoms: int, users: int, seed: int = 1) -> dict[str, float]:
     """A new memdb file holding users × (atoms // users) synthetic atoms with their turns."""
-    from memdb import embed
+    from memdb.models import embedders
 
     if path.exists():
         raise SystemExit(f"{path} exists; remove it first")
     pool_bases = bases(POOL)
     pool = pool_vectors(pool_bases)
-    conn = store.connect(path)
-    store.ensure_vectors(conn, embed.DEFAULT_NAME, pool.shape[1])
+    conn = connection.connect(path)
+    connection.ensure_vectors(conn, assets.MINILM_NAME, pool.shape[1])
     per_user = atoms // users
     plans = [UserPlan(f"user{i:04d}" if users > 1 else "alice", per_user) for i in range(users)]
     result = fill(conn, plans, pool_bases, pool, seed=seed)
