@@ -21,7 +21,10 @@ class Settings:
     # those the model is shown before each turn as context only (0: the turn alone).
     extract_batch: int = 6
     extract_history: int = 3
-    extract_context: int = 0
+    extract_context: int = 1
+    # After the model's notes, notes taken from the turn's own statements that none covers
+    # (extraction/clauses.py): the small model skips many plainly stated facts.
+    extract_fill: bool = True
     # Confidence of an extracted atom: about its own speaker, about someone else, and the
     # penalty when its sentence hedges ("maybe", "可能").
     confidence_own: float = 0.9
@@ -52,6 +55,9 @@ class Settings:
     # kept active, marked conflicting) when made this close in time with this close confidence.
     comparable_hours: float = 1.0
     comparable_confidence: float = 0.2
+    # A statement that a plan is off ("the half marathon is off", "成都不去了") supersedes the
+    # planned event when their values share at least this much.
+    cancel_overlap: float = 0.5
 
     # Freshness: half-life in days per kind (None: does not fade) and the floor it fades to.
     half_life_days: dict[str, float | None] = field(
@@ -102,7 +108,7 @@ class Settings:
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",
                      "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",
-                     "merge_min_overlap", "merge_gain", "comparable_confidence", "freshness_floor",
+                     "merge_min_overlap", "merge_gain", "comparable_confidence", "cancel_overlap", "freshness_floor",
                      "confidence_floor", "session_weight"):
             _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
         for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb"):

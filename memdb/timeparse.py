@@ -47,6 +47,21 @@ _ZH_NUM = r"[0-9]{1,3}|[零一两二三四五六七八九十几]{1,3}"
 _UNIT = r"days?|weeks?|months?|years?"
 
 
+class Ref(date):
+    """The day a phrase is resolved from, and whether its sentence speaks of the future (True),
+    the past (False) or does not say (None): "in August" said in June is this August in
+    "we move in August" and last August in "we moved in August"."""
+
+    future: bool | None = None
+
+
+def _ref(ts: str | date | datetime, future: bool | None) -> Ref:
+    day = to_date(ts)
+    ref = Ref(day.year, day.month, day.day)
+    ref.future = future
+    return ref
+
+
 def to_date(ts: str | date | datetime) -> date:
     """The calendar date of a turn timestamp ('YYYY-MM-DDTHH:MM:SS', a date or a datetime)."""
     if isinstance(ts, datetime):
@@ -131,18 +146,30 @@ def _week_weekday(ref: date, weekday: int, weeks: int) -> date:
 
 def _month_day_year(month: int, day: int, year: int | None, ref: date) -> str | None:
     if year is None:
-        # A month and day without a year: the most recent such day not after ref, unless that
-        # is far back (then the speaker likely meant the coming one, e.g. a plan).
+        # A month and day without a year: the coming one when the sentence speaks of the future,
+        # the last one when of the past; when it does not say, this year's unless that is more
+        # than a month ahead (more often a memory than a plan).
         year = ref.year
         guess = _valid_day(year, month, day)
-        if guess and date.fromisoformat(guess) > ref + timedelta(days=31):
-            year -= 1
+        if guess:
+            ahead = date.fromisoformat(guess) > ref
+            future = getattr(ref, "future", None)
+            if future and not ahead and date.fromisoformat(guess) < ref:
+                year += 1
+            elif (future is False and ahead) or (future is None and date.fromisoformat(guess) > ref + timedelta(days=31)):
+                year -= 1
     return _valid_day(year, month, day)
 
 
 def _month_only(month: int, year: int | None, ref: date) -> str:
     if year is None:
-        year = ref.year if month <= ref.month + 1 else ref.year - 1
+        future = getattr(ref, "future", None)
+        if future:
+            year = ref.year if month >= ref.month else ref.year + 1
+        elif future is False:
+            year = ref.year if month <= ref.month else ref.year - 1
+        else:
+            year = ref.year if month <= ref.month + 1 else ref.year - 1
     return _month(year, month)
 
 
@@ -325,9 +352,19 @@ def _year(m: re.Match, ref: date) -> str | None:
     return m.group(1)
 
 
-@_rule(rf"\b(?:in|during|since|early|late|mid)\s+(january|february|march|april|june|july|august|september|october|november|december|may)\b")
+@_rule(rf"\b(?:in|during|since|early|late|mid|(?:by )?(?:the )?(?:end|start|beginning|middle) of)[\s-]+(january|february|march|april|june|july|august|september|october|november|december|may)\b")
 def _in_month(m: re.Match, ref: date) -> str | None:
     return _month_only(_MONTHS[m.group(1).lower()], None, ref)
+
+
+@_rule(r"\b(?:on )?the (\d{1,2})(?:st|nd|rd|th)\b")
+def _day_of_month(m: re.Match, ref: date) -> str | None:
+    # "the 14th": this month's, or next month's when the sentence speaks of the future and
+    # the day has passed.
+    day, year, month = int(m.group(1)), ref.year, ref.month
+    if getattr(ref, "future", None) and day < ref.day:
+        year, month = _add_months(ref, 1)
+    return _valid_day(year, month, day)
 
 
 def _scan(text: str, ref: date) -> list[tuple[int, int, str]]:
@@ -347,18 +384,19 @@ def _scan(text: str, ref: date) -> list[tuple[int, int, str]]:
     return kept
 
 
-def find(text: str, ref: str | date | datetime) -> list[tuple[str, str]]:
+def find(text: str, ref: str | date | datetime, future: bool | None = None) -> list[tuple[str, str]]:
     """Time phrases in text with what they resolve to from ref, as (phrase, iso), in order.
 
     Only phrases that resolve are returned, so each one is usable as an event's `when`.
+    future: whether the sentence speaks of the future (None: it does not say; see Ref).
     """
-    return [(text[s:e].strip(" ."), value) for s, e, value in _scan(text, to_date(ref))]
+    return [(text[s:e].strip(" ."), value) for s, e, value in _scan(text, _ref(ref, future))]
 
 
-def resolve(expression: str, ref: str | date | datetime) -> str | None:
+def resolve(expression: str, ref: str | date | datetime, future: bool | None = None) -> str | None:
     """The ISO date (or month, or year) an expression names, seen from ref; None if it names none.
 
     When expression holds several time phrases the first (longest) one wins.
     """
-    hits = _scan(expression or "", to_date(ref))
+    hits = _scan(expression or "", _ref(ref, future))
     return hits[0][2] if hits else None

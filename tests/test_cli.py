@@ -83,7 +83,8 @@ def test_export_pairs_gives_each_extracted_turn_its_context_and_atoms(tmp_path, 
     import memdb
 
     db = str(tmp_path / "pairs.db")
-    with memdb.open(db, embedder=None, extract="now", llm=OneAtomLLM()) as mem:
+    no_fill = memdb.Settings(extract_fill=False)  # only the scripted model's notes
+    with memdb.open(db, embedder=None, extract="now", llm=OneAtomLLM(), settings=no_fill) as mem:
         said = [{"role": "user", "name": "Alice", "content": "我们的数据库是 PostgreSQL，用了五年，很稳定。"},
                 MESSAGES[1], {"role": "user", "name": "Alice", "content": "Thanks!"}]
         mem.add(said, user="alice")

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from memdb import codec, timeparse
 from memdb.errors import ModelError
+from memdb.settings import Settings
 from memdb.extraction import records
 from memdb.models import assets
 from memdb.models import llama
@@ -20,6 +21,13 @@ from memdb.extraction import prefilter
 from memdb.extraction import extract
 
 TS = "2023-05-08T13:56:00"  # a Monday
+MODEL_ONLY = Settings(extract_fill=False)
+
+
+def model_only(turns, llm, **kwargs):
+    """extract() with only the model's notes: these tests are about what happens to them
+    (the notes taken from the turn's words are tested apart)."""
+    return extract.extract(turns, llm, settings=MODEL_ONLY, **kwargs)
 
 
 class FakeLLM:
@@ -89,7 +97,7 @@ def test_prefilter_skips_assistant_and_tool_turns():
 
 def test_skipped_turns_never_reach_the_model():
     llm = FakeLLM(reply())
-    _, outcomes = extract.extract([turn(1, "Hi!"), turn(2, "Thanks!")], llm)
+    _, outcomes = model_only([turn(1, "Hi!"), turn(2, "Thanks!")], llm)
     assert [] == llm.calls
     assert {1: ("skipped", "greeting"), 2: ("skipped", "thanks")} == {k: (v.state, v.reason) for k, v in outcomes.items()}
 
@@ -140,7 +148,7 @@ def test_parser_marks_malformed_atoms_instead_of_failing_the_reply():
 
 def test_invalid_output_is_retried_once_then_the_turns_fail_with_the_reason():
     llm = FakeLLM("not json at all")
-    candidates, outcomes = extract.extract([turn(1, "I moved to Lisbon."), turn(2, "Hi!")], llm)
+    candidates, outcomes = model_only([turn(1, "I moved to Lisbon."), turn(2, "Hi!")], llm)
     assert 2 == len(llm.calls)
     assert [] == candidates
     assert ("failed", "invalid output after retry: invalid JSON: 'not json at all'") == (outcomes[1].state, outcomes[1].reason)
@@ -149,21 +157,21 @@ def test_invalid_output_is_retried_once_then_the_turns_fail_with_the_reason():
 
 def test_a_good_retry_recovers_the_turns():
     llm = FakeLLM("{", reply("Caroline | moved to | Lisbon"))
-    candidates, outcomes = extract.extract([turn(1, "I moved to Lisbon.")], llm)
+    candidates, outcomes = model_only([turn(1, "I moved to Lisbon.")], llm)
     assert (["Caroline moved to Lisbon"], "done") == (texts(candidates), outcomes[1].state)
     assert "Reply with the JSON only." in llm.calls[1][-2]["content"]
 
 
 def test_a_crashing_model_call_fails_the_turns_and_never_raises():
     llm = FakeLLM(RuntimeError("llama_decode returned -3"))
-    _, outcomes = extract.extract([turn(1, "I moved to Lisbon.")], llm)
+    _, outcomes = model_only([turn(1, "I moved to Lisbon.")], llm)
     assert ("failed", "invalid output after retry: model error: RuntimeError: llama_decode returned -3") == (
         outcomes[1].state, outcomes[1].reason)
 
 
 def test_a_model_that_cannot_load_propagates_so_the_caller_keeps_turns_pending():
     with pytest.raises(ModelError):
-        extract.extract([turn(1, "I moved to Lisbon.")], FakeLLM(ModelError("no model")))
+        model_only([turn(1, "I moved to Lisbon.")], FakeLLM(ModelError("no model")))
 
 
 # --- grounding ----------------------------------------------------------------------------------
@@ -179,27 +187,27 @@ def test_a_model_that_cannot_load_propagates_so_the_caller_keeps_turns_pending()
 ])
 def test_grounding_drops_unsupported_atoms_and_counts_why(atom, why):
     source = turn(1, "I went to a support group yesterday and it was so powerful.")
-    candidates, outcomes = extract.extract([source], FakeLLM(reply(atom, "Caroline | went to | a support group")))
+    candidates, outcomes = model_only([source], FakeLLM(reply(atom, "Caroline | went to | a support group")))
     assert ["Caroline went to a support group"] == texts(candidates)
     assert (2, {why: 1}) == (outcomes[1].proposed, outcomes[1].dropped)
 
 
 def test_grounding_allows_speaker_names_and_paraphrased_predicates():
     source = turn(1, "I'm keen on counseling or working in mental health.")
-    candidates, _ = extract.extract([source], FakeLLM(reply("Caroline | wants to work in | mental health")))
+    candidates, _ = model_only([source], FakeLLM(reply("Caroline | wants to work in | mental health")))
     assert ["Caroline wants to work in mental health"] == texts(candidates)
 
 
 def test_grounding_drops_a_chinese_atom_with_words_the_turn_never_said():
     source = turn(1, "我们后端用 Go，数据库是 PostgreSQL。", speaker=None)
-    candidates, outcomes = extract.extract([source], FakeLLM(reply("用户 | 喜欢 | 美式咖啡", "后端 | 用 | Go")))
+    candidates, outcomes = model_only([source], FakeLLM(reply("用户 | 喜欢 | 美式咖啡", "后端 | 用 | Go")))
     assert ["后端用 Go"] == texts(candidates)
     assert {"words not in source": 1} == outcomes[1].dropped
 
 
 def test_atoms_go_to_the_turn_whose_words_they_share():
     turns = [turn(1, "I went to a support group yesterday."), turn(2, "I'm painting a lake sunrise.", speaker="Melanie")]
-    candidates, _ = extract.extract(turns, FakeLLM(reply("Melanie | is painting | a lake sunrise",
+    candidates, _ = model_only(turns, FakeLLM(reply("Melanie | is painting | a lake sunrise",
                                                          "Caroline | went to | a support group")))
     assert {"Melanie is painting a lake sunrise": [2], "Caroline went to a support group": [1]} == {
         codec.canonical_text(c.record): c.turn_ids for c in candidates}
@@ -208,7 +216,7 @@ def test_atoms_go_to_the_turn_whose_words_they_share():
 def test_history_is_context_only_never_a_source():
     history = [turn(1, "I adopted two cats last month.", speaker="Melanie")]
     llm = FakeLLM(reply("Melanie | adopted | two cats", "Caroline | moved to | Lisbon"))
-    candidates, outcomes = extract.extract([turn(2, "I moved to Lisbon.")], llm, history=history, context=1)
+    candidates, outcomes = model_only([turn(2, "I moved to Lisbon.")], llm, history=history, context=1)
     assert ["Caroline moved to Lisbon"] == texts(candidates)
     assert {2} == set(outcomes)
     assert "- Melanie: I adopted two cats last month.\n* Caroline: I moved to Lisbon." == llm.calls[0][-2]["content"]
@@ -217,7 +225,7 @@ def test_history_is_context_only_never_a_source():
 def test_by_default_history_only_lends_speaker_names():
     history = [turn(1, "I adopted two cats last month.", speaker="Melanie")]
     llm = FakeLLM(reply("Mel | moved to | Lisbon"))
-    candidates, _ = extract.extract([turn(2, "Mel moved to Lisbon.")], llm, history=history)
+    candidates, _ = model_only([turn(2, "Mel moved to Lisbon.")], llm, history=history)
     assert "* Caroline: Mel moved to Lisbon." == llm.calls[0][-2]["content"]
     assert ["Melanie moved to Lisbon"] == texts(candidates)
 
@@ -234,7 +242,7 @@ def test_by_default_history_only_lends_speaker_names():
     ("Caroline | has | pottery", "fact", None),
 ])
 def test_kind_and_sentiment_come_from_a_closed_set(atom, kind, sentiment):
-    candidates, _ = extract.extract([turn(1, "Pottery, pottery, pottery.")], FakeLLM(reply(atom)))
+    candidates, _ = model_only([turn(1, "Pottery, pottery, pottery.")], FakeLLM(reply(atom)))
     assert (kind, sentiment) == (candidates[0].record["kind"], candidates[0].record.get("sentiment"))
 
 
@@ -250,7 +258,7 @@ def test_model_written_kinds_and_sentiments_are_mapped(model_kind, model_sentime
     atom = {"kind": model_kind, "subject": "Caroline", "predicate": "has", "object": "pottery"}
     if model_sentiment:
         atom["sentiment"] = model_sentiment
-    candidates, _ = extract.extract([turn(1, "Pottery!!")], FakeLLM(json.dumps({"a": [atom]}, ensure_ascii=False)))
+    candidates, _ = model_only([turn(1, "Pottery!!")], FakeLLM(json.dumps({"a": [atom]}, ensure_ascii=False)))
     assert (kind, sentiment) == (candidates[0].record["kind"], candidates[0].record.get("sentiment"))
 
 
@@ -267,24 +275,25 @@ def test_first_person_subjects_become_the_speaker(speaker, content, subject, exp
     zh = "里斯本" in content
     atom = f"{subject} | 搬到了 | 里斯本" if zh else f"{subject} | moved to | Lisbon"
     history = [turn(0, "Hello there", speaker="Melanie")]
-    candidates, _ = extract.extract([turn(1, content, speaker=speaker)], FakeLLM(reply(atom)), history=history)
+    candidates, _ = model_only([turn(1, content, speaker=speaker)], FakeLLM(reply(atom)), history=history)
     assert [expected] == texts(candidates)
 
 
 def test_a_short_form_of_a_speaker_name_becomes_the_name():
     history = [turn(0, "Hey Caroline!", speaker="Melanie")]
     source = turn(1, "Mel ran a charity race for mental health last Saturday.", speaker="Caroline")
-    candidates, _ = extract.extract([source], FakeLLM(reply("Mel | ran | a charity race")), history=history)
+    candidates, _ = model_only([source], FakeLLM(reply("Mel | ran | a charity race")), history=history)
     assert ["Melanie ran a charity race"] == texts(candidates)
 
 
 def test_chinese_turns_give_chinese_atoms():
     source = turn(1, "我们后端用 Go，数据库是 PostgreSQL，禁止 ORM。对了上周三刚做完 v2 发布。", speaker="阿明")
-    llm = FakeLLM(reply("后端 | 用 | Go", "数据库 | 是 | PostgreSQL", "阿明 | 禁止 | ORM", "阿明 | 做完 | v2 发布 | 上周三"))
-    candidates, outcomes = extract.extract([source], llm)
-    assert ["后端用 Go", "数据库是 PostgreSQL", "阿明禁止 ORM"] == texts(candidates)
+    llm = FakeLLM(reply("后端 | 用 | Go", "数据库 | 是 | PostgreSQL", "阿明 | 禁止 | ORM", "阿明 | 做完 | v2 发布 | 上周三",
+                        "阿明 | 负责 | 后端"))
+    candidates, outcomes = model_only([source], llm)
+    assert ["后端用 Go", "数据库是 PostgreSQL", "阿明禁止 ORM", "阿明做完 v2 发布"] == texts(candidates)
     assert {"zh"} == {c.record["lang"] for c in candidates}
-    assert ["fact", "fact", "constraint"] == [c.record["kind"] for c in candidates]
+    assert ["fact", "fact", "constraint", "event"] == [c.record["kind"] for c in candidates]
     assert {"over the per-turn cap": 1} == outcomes[1].dropped
     assert "阿青" in llm.calls[0][1]["content"]  # the Chinese example, not the English one
 
@@ -364,73 +373,73 @@ def test_find_returns_each_phrase_with_its_date():
 
 
 def test_an_event_keeps_the_time_words_and_gets_an_absolute_date():
-    candidates, _ = extract.extract([turn(1, "I went to a support group yesterday.")],
+    candidates, _ = model_only([turn(1, "I went to a support group yesterday.")],
                                     FakeLLM(reply("I | went to | a support group | yesterday")))
     assert {"kind": "event", "subject": "Caroline", "predicate": "went to", "object": "a support group",
             "when": "yesterday", "date": "2023-05-07", "lang": "en"} == candidates[0].record
 
 
 def test_a_time_phrase_left_in_the_object_moves_to_when():
-    candidates, _ = extract.extract([turn(1, "I went to a support group yesterday.")],
+    candidates, _ = model_only([turn(1, "I went to a support group yesterday.")],
                                     FakeLLM(reply("Caroline | went to | a support group yesterday")))
     assert ("a support group", "yesterday", "2023-05-07") == tuple(candidates[0].record.get(k) for k in ("object", "when", "date"))
 
 
 def test_a_last_slot_that_is_no_time_goes_back_into_the_object():
-    candidates, _ = extract.extract([turn(1, "I'm off to go swimming with the kids.")],
+    candidates, _ = model_only([turn(1, "I'm off to go swimming with the kids.")],
                                     FakeLLM(reply("Caroline | going | swimming with | the kids")))
     assert ("swimming with the kids", None) == (candidates[0].record["object"], candidates[0].record.get("when"))
 
 
 def test_vague_times_stay_as_words_without_a_date():
-    candidates, _ = extract.extract([turn(1, "I started pottery recently.")],
+    candidates, _ = model_only([turn(1, "I started pottery recently.")],
                                     FakeLLM(reply("Caroline | started | pottery | recently")))
     assert ("recently", None) == (candidates[0].record.get("when"), candidates[0].record.get("date"))
 
 
 def test_time_words_the_turn_never_said_are_dropped():
-    candidates, _ = extract.extract([turn(1, "I went to a support group.")],
+    candidates, _ = model_only([turn(1, "I went to a support group.")],
                                     FakeLLM(reply("Caroline | went to | a support group | last year")))
     assert ("when" in candidates[0].record, "date" in candidates[0].record) == (False, False)
 
 
 def test_a_time_phrase_the_turn_never_said_is_cut_from_the_object():
     source = turn(1, "我们后端用 Go，禁止 ORM。对了上周三刚做完 v2 发布。", speaker=None, ts="2026-11-26T10:00:00")
-    candidates, _ = extract.extract([source], FakeLLM(reply("用户 | ORM | 前天刚做完 v2 发布")))
+    candidates, _ = model_only([source], FakeLLM(reply("用户 | ORM | 前天刚做完 v2 发布")))
     assert ("event", "刚做完 v2 发布", "上周三", "2026-11-18") == tuple(
         candidates[0].record.get(k) for k in ("kind", "object", "when", "date"))
 
 
 def test_chinese_event_date_is_resolved():
     source = turn(1, "对了上周三刚做完 v2 发布。", speaker=None, ts="2026-11-26T10:00:00")  # a Thursday
-    candidates, _ = extract.extract([source], FakeLLM(reply("用户 | 做完 | v2 发布 | 上周三")))
+    candidates, _ = model_only([source], FakeLLM(reply("用户 | 做完 | v2 发布 | 上周三")))
     assert ("event", "上周三", "2026-11-18") == tuple(candidates[0].record.get(k) for k in ("kind", "when", "date"))
 
 
 # --- confidence, duplicates, caps ----------------------------------------------------------------
 
 def test_hedged_statements_get_lower_confidence_than_direct_ones():
-    direct, _ = extract.extract([turn(1, "I moved to Lisbon.")], FakeLLM(reply("Caroline | moved to | Lisbon")))
-    hedged, _ = extract.extract([turn(1, "Maybe I'll move to Lisbon.")], FakeLLM(reply("Caroline | move to | Lisbon")))
+    direct, _ = model_only([turn(1, "I moved to Lisbon.")], FakeLLM(reply("Caroline | moved to | Lisbon")))
+    hedged, _ = model_only([turn(1, "Maybe I'll move to Lisbon.")], FakeLLM(reply("Caroline | move to | Lisbon")))
     assert (0.9, 0.6) == (direct[0].confidence, hedged[0].confidence)
 
 
 def test_repeated_atoms_merge_into_one_candidate():
-    candidates, outcomes = extract.extract([turn(1, "I moved to Lisbon.")], FakeLLM(reply(
+    candidates, outcomes = model_only([turn(1, "I moved to Lisbon.")], FakeLLM(reply(
         "Caroline | moved to | Lisbon", "Caroline | moved to | Lisbon")))
     assert (["Caroline moved to Lisbon"], {"duplicate": 1}) == (texts(candidates), outcomes[1].dropped)
 
 
 def test_every_turn_gets_an_outcome_and_every_candidate_is_valid():
     turns = [turn(1, "Hi!"), turn(2, "I moved to Lisbon."), turn(3, "What about you?"), turn(4, "I love tea.")]
-    candidates, outcomes = extract.extract(turns, FakeLLM(reply("Caroline | moved to | Lisbon", "Caroline | loves | tea")))
+    candidates, outcomes = model_only(turns, FakeLLM(reply("Caroline | moved to | Lisbon", "Caroline | loves | tea")))
     assert {1: "skipped", 2: "done", 3: "skipped", 4: "done"} == {k: v.state for k, v in outcomes.items()}
     assert all(c.record == codec.validate(c.record) for c in candidates)
 
 
 def test_each_turn_is_its_own_model_call():
     llm = FakeLLM(reply())
-    _, outcomes = extract.extract([turn(i, f"I moved to city number {i}.") for i in range(1, 6)], llm)
+    _, outcomes = model_only([turn(i, f"I moved to city number {i}.") for i in range(1, 6)], llm)
     assert (5, {"done"}) == (len(llm.calls), {o.state for o in outcomes.values()})
 
 
@@ -445,12 +454,12 @@ def test_the_prompt_prefix_is_byte_identical_between_calls():
 
 
 def test_the_fewshot_markers_occur_in_the_examples():
-    examples = " ".join(u + a for u, a in prompt._EXAMPLES.values()).lower()
+    examples = " ".join(u + a for pairs in prompt._EXAMPLES.values() for u, a in pairs).lower()
     assert [] == [m for m in prompt.FEWSHOT_MARKERS if m not in examples]
 
 
 def test_the_fewshot_replies_parse_into_atoms_grounded_in_their_own_lines():
-    for user, assistant in prompt._EXAMPLES.values():
+    for user, assistant in (pair for pairs in prompt._EXAMPLES.values() for pair in pairs):
         atoms, error = parse.parse_output(assistant, 1)
         assert None is error
         assert all("_invalid" not in a for a in atoms)
@@ -474,7 +483,7 @@ def test_random_and_jsonish_garbage_never_breaks_extraction(raw):
     atoms, error = parse.parse_output(raw, 2)
     assert isinstance(atoms, list) and (error is None or isinstance(error, str))
     turns = [turn(1, "I went to a support group yesterday. I love tea."), turn(2, "我喜欢茶。", speaker="Melanie")]
-    candidates, outcomes = extract.extract(turns, FakeLLM(raw))
+    candidates, outcomes = model_only(turns, FakeLLM(raw))
     assert {1, 2} == set(outcomes)
     assert all(o.state in ("done", "failed") and (o.state == "done" or o.reason) for o in outcomes.values())
     for cand in candidates:
@@ -485,7 +494,7 @@ def test_random_and_jsonish_garbage_never_breaks_extraction(raw):
 def test_huge_and_deep_replies_are_refused_without_crashing():
     for raw in ['{"a":[' + ",".join(['"Caroline | went to | a support group"'] * 5000) + "]}",
                 "[" * 100_000, '{"a":' * 5000 + "1" + "}" * 5000]:
-        candidates, outcomes = extract.extract([turn(1, "I went to a support group.")], FakeLLM(raw))
+        candidates, outcomes = model_only([turn(1, "I went to a support group.")], FakeLLM(raw))
         assert len(candidates) <= prompt.MAX_ATOMS_PER_TURN
         assert outcomes[1].state in ("done", "failed")
 
@@ -559,3 +568,91 @@ def test_statements_differing_only_in_a_digit_stay_apart():
     again = Candidate({"kind": "fact", "subject": "Ana", "predicate": "has", "object": "2 kids"}, 0.8, [2])
     kept = _merge_duplicates([two, three, again], {1: Outcome("done"), 2: Outcome("done")})
     assert [[1, 2], [2]] == [c.turn_ids for c in kept]
+
+
+# --- tense and the quality gate -------------------------------------------------------------------
+
+@pytest.mark.parametrize("phrase, future, expected", [
+    ("in August", True, "2026-08"),
+    ("in August", False, "2025-08"),
+    ("August 12th", True, "2026-08-12"),
+    ("by end of July", True, "2026-07"),
+    ("mid-August", True, "2026-08"),
+    ("the 14th", True, "2026-07-14"),
+    ("下个月中旬", None, "2026-07"),
+])
+def test_the_tense_of_the_sentence_picks_the_year(phrase, future, expected):
+    assert expected == timeparse.resolve(phrase, "2026-06-25T10:00:00", future)
+
+
+def test_a_plan_said_in_june_for_august_is_dated_this_august():
+    source = turn(1, "My partner Jordan and I are moving to Denver in August!", speaker="Marcus", ts="2026-06-25T10:00:00")
+    candidates, _ = model_only([source], FakeLLM(reply("Marcus | is moving to | Denver | in August")))
+    assert [("Marcus is moving to Denver", "event", "2026-08")] == [
+        (codec.canonical_text(c.record), c.record["kind"], c.record.get("date")) for c in candidates]
+
+
+def test_first_and_second_person_become_the_names_they_stand_for():
+    history = [turn(1, "How is your family?", speaker="Caroline")]
+    source = turn(2, "Great! My sister just visited, and she loved the painting you gave me.", speaker="Melanie")
+    llm = FakeLLM(reply("Melanie | hosted | my sister", "Melanie's sister | loved | the painting you gave me"))
+    candidates, _ = model_only([source], llm, history=history)
+    assert ["Melanie hosted Melanie's sister", "Melanie's sister loved the painting Caroline gave Melanie"] == texts(candidates)
+
+
+@pytest.mark.parametrize("content, atom, why", [
+    ("I'm off to the park later. Your empathy will help people.", "Melanie | has | great empathy", "about the listener"),
+    ("I got a new job. What kind of dog did you adopt last week?", "Melanie | adopted | a dog", "from a question"),
+    ("The talk was so powerful and really meaningful to me.", "Melanie | felt | so powerful and meaningful", "no concrete fact"),
+    ("This necklace is super special to me, a gift from my grandma.", "Melanie | says | this necklace is special to", "cut off"),
+    ("My kids are great and I love them so much.", "she | loves | them", "pronoun subject"),
+])
+def test_the_gate_drops_what_no_note_taker_keeps(content, atom, why):
+    history = [turn(1, "Hi Mel!", speaker="Caroline")]
+    candidates, outcomes = model_only([turn(2, content, speaker="Melanie")], FakeLLM(reply(atom)), history=history)
+    assert ([], {why: 1}) == (texts(candidates), outcomes[2].dropped)
+
+
+def test_glued_words_are_cut_and_the_rest_kept():
+    source = turn(1, "I'm a data scientist, mostly Python, and I basically live in Jupyter notebooks.", speaker="Marcus")
+    llm = FakeLLM(reply("Marcus | is | data scientist mostly Python andIBasicallyliveinJupyter"))
+    assert ["Marcus is data scientist mostly Python"] == texts(model_only([source], llm)[0])
+
+
+def test_a_request_to_an_assistant_keeps_the_rule_without_the_you():
+    history = [turn(1, "有什么可以帮你？", speaker="AI", role="assistant")]
+    source = turn(2, "我们组不用 ORM，所以你给我写代码千万别用 ORM。", speaker="陈静")
+    candidates, _ = model_only([source], FakeLLM(reply("陈静 | 要求 | 你写代码别用 ORM")), history=history)
+    assert [("陈静要求写代码别用 ORM", "constraint")] == [(codec.canonical_text(c.record), c.record["kind"]) for c in candidates]
+
+
+# --- notes taken from the turn's own words --------------------------------------------------------
+
+def test_what_the_model_skips_is_taken_from_the_turn_itself():
+    source = turn(1, "Yeah! I went to a LGBTQ support group yesterday and it was so powerful.")
+    candidates, _ = extract.extract([source], FakeLLM(reply()))
+    assert [("Caroline went to a LGBTQ support group", "event", "2023-05-07")] == [
+        (codec.canonical_text(c.record), c.record["kind"], c.record.get("date")) for c in candidates]
+
+
+def test_a_statement_the_model_covered_is_not_taken_twice():
+    source = turn(1, "I went to a LGBTQ support group yesterday.")
+    candidates, _ = extract.extract([source], FakeLLM(reply("Caroline | went to | a LGBTQ support group | yesterday")))
+    assert ["Caroline went to a LGBTQ support group"] == texts(candidates)
+
+
+@pytest.mark.parametrize("content", [
+    "Wow, that's so cool! It takes courage to talk about it.",
+    "I'm so proud of you for taking part, that charity race sounds great!",
+    "Sharing our stories isn't always easy, but it matters.",
+])
+def test_small_talk_gives_no_notes_of_its_own(content):
+    history = [turn(1, "I ran a charity race last Saturday.", speaker="Melanie")]
+    assert [] == texts(extract.extract([turn(2, content)], FakeLLM(reply()), history=history)[0])
+
+
+def test_a_chinese_statement_the_model_skipped_becomes_a_note_about_the_speaker():
+    source = turn(1, "有，我对虾过敏，虾仁、虾滑都不能碰。", speaker="陈静", ts="2026-09-22T20:00:00")
+    candidates, _ = extract.extract([source], FakeLLM(reply()))
+    assert [("陈静", "陈静对虾过敏，虾仁、虾滑都不能碰", "constraint")] == [
+        (c.record["subject"], codec.canonical_text(c.record), c.record["kind"]) for c in candidates]

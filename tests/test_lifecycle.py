@@ -154,6 +154,22 @@ def test_like_then_dislike_in_chinese_supersedes(mini):
     assert [old[1], new[1]] == [a.id for a in mini.history(new[1])]
 
 
+def test_a_plan_called_off_supersedes_the_plan(mini):
+    plan = tell(mini, {**fact("signed up for", "the city half marathon", kind="event"), "date": "2026-06-21"},
+                "2026-05-20T09:00:00")
+    other = tell(mini, {**fact("went to", "the city museum", kind="event"), "date": "2026-05-18"}, "2026-05-20T09:05:00")
+    off = tell(mini, fact("says", "the half marathon is off"), "2026-06-07T09:00:00")
+    assert "superseded" == off[0]
+    assert ("superseded", off[1]) == (mini.get(plan[1]).status, mini.get(plan[1]).superseded_by)
+    assert "active" == mini.get(other[1]).status  # a plan it does not name stays
+
+
+def test_a_cancellation_in_chinese_supersedes_the_trip(mini):
+    trip = tell(mini, {**fact("国庆要去", "成都玩", subject="陈静", kind="event"), "date": "2026-10"}, "2026-09-20T09:00:00")
+    off = tell(mini, fact("取消了", "成都的行程", subject="陈静", kind="event"), "2026-09-29T09:00:00")
+    assert ("superseded", off[1]) == (mini.get(trip[1]).status, mini.get(trip[1]).superseded_by)
+
+
 def test_moving_city_supersedes_the_old_location(mini):
     berlin = tell(mini, fact("lives in", "Berlin"), "2025-06-01T09:00:00")
     hangzhou = tell(mini, fact("moved to", "Hangzhou", kind="event"), "2026-02-01T09:00:00")

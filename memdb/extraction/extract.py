@@ -18,7 +18,7 @@ from .. import codec, text
 from ..errors import InvalidInput, ModelError
 from ..models.protocols import LLM
 from ..settings import Settings
-from . import normalize
+from . import clauses, gate, normalize
 from .ground import ground
 from .parse import parse_output
 from .prefilter import FIRST_PERSON_WORDS, prefilter
@@ -26,6 +26,9 @@ from .prompt import MAX_ATOMS_PER_TURN, build_messages, max_tokens_for, output_s
 from .records import Candidate, Outcome, Turn
 
 log = logging.getLogger("memdb")
+
+MAX_FILLED_PER_TURN = 3  # notes taken from the turn's words where the model wrote none
+MAX_NOTES_PER_TURN = 5  # the model's and those together
 
 
 def extract(turns: list[Turn], llm: LLM, *, history: Sequence[Turn] = (), context: int = 0,
@@ -51,7 +54,7 @@ def extract(turns: list[Turn], llm: LLM, *, history: Sequence[Turn] = (), contex
     for i, turn in enumerate(sources):
         at = sequence.index(turn)
         shown = sequence[max(0, at - context) : at] if context else []
-        found, outcome = _extract_turn(turn, shown, llm, names, settings)
+        found, outcome = _extract_turn(turn, shown, llm, names, _listener(sequence, at), settings)
         candidates += found
         outcomes[turn.id] = outcome
         if outcome.state == "failed":
@@ -61,7 +64,17 @@ def extract(turns: list[Turn], llm: LLM, *, history: Sequence[Turn] = (), contex
     return _merge_duplicates(candidates, outcomes), outcomes
 
 
-def _extract_turn(turn: Turn, shown: list[Turn], llm: LLM, names: set[str],
+def _listener(sequence: list[Turn], at: int) -> str | None:
+    """Who "you" is in sequence[at]: the nearest other speaker before it (else after it),
+    gate.ASSISTANT when that is an assistant, None when nobody else speaks."""
+    speaker = sequence[at].speaker
+    for other in [*reversed(sequence[:at]), *sequence[at + 1 :]]:
+        if other.speaker != speaker or other.role != sequence[at].role:
+            return gate.ASSISTANT if other.role == "assistant" else other.speaker
+    return None
+
+
+def _extract_turn(turn: Turn, shown: list[Turn], llm: LLM, names: set[str], listener: str | None,
                   settings: Settings) -> tuple[list[Candidate], Outcome]:
     """One model call (plus at most one retry) for one turn."""
     messages = build_messages([turn], shown, [turn])
@@ -83,7 +96,7 @@ def _extract_turn(turn: Turn, shown: list[Turn], llm: LLM, names: set[str],
         if "_invalid" in atom:
             _count(outcome, "invalid atom")
             continue
-        candidate, why = _candidate(atom, turn, names, settings)
+        candidate, why = _candidate(atom, turn, names, listener, settings)
         if candidate is None:
             _count(outcome, why or "invalid")
             log.debug("memdb: dropped atom %s from turn %s: %s", atom, turn.id, why)
@@ -92,7 +105,25 @@ def _extract_turn(turn: Turn, shown: list[Turn], llm: LLM, names: set[str],
             _count(outcome, "over the per-turn cap")
             continue
         candidates.append(candidate)
+    if settings.extract_fill:
+        candidates += _fill_gaps(turn, candidates, names, listener, settings, outcome)
     return candidates, outcome
+
+
+def _fill_gaps(turn: Turn, found: list[Candidate], names: set[str], listener: str | None,
+               settings: Settings, outcome: Outcome) -> list[Candidate]:
+    """Notes taken from the turn's own statements that the model's notes do not cover."""
+    speaker = turn.speaker or ("用户" if text.has_cjk(turn.content) else "user")
+    covered = {t for c in found for t in text.terms(codec.canonical_text(c.record))}
+    filled = []
+    room = min(MAX_FILLED_PER_TURN, MAX_NOTES_PER_TURN - len(found))
+    for record in clauses.notes(turn.content, speaker, names | {speaker}, covered, turn.ts)[:max(0, room)]:
+        candidate, why = _candidate(record, turn, names, listener, settings, extractive=True)
+        if candidate is None:
+            _count(outcome, f"gap note: {why}")
+            continue
+        filled.append(candidate)
+    return filled
 
 
 def _call(llm: LLM, messages: list[dict[str, str]], schema: dict,
@@ -111,9 +142,9 @@ def _count(outcome: Outcome, why: str) -> None:
     outcome.dropped[key] = outcome.dropped.get(key, 0) + 1
 
 
-def _candidate(atom: dict[str, Any], turn: Turn, names: set[str],
-               settings: Settings) -> tuple[Candidate | None, str | None]:
-    """Normalise, ground, time-stamp and validate one raw atom from `turn`."""
+def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str | None,
+               settings: Settings, *, extractive: bool = False) -> tuple[Candidate | None, str | None]:
+    """Normalise, ground, gate, time-stamp and validate one raw atom from `turn`."""
     zh = text.has_cjk(turn.content)
     speaker = turn.speaker or ("用户" if zh else "user")
     record: dict[str, Any] = {}
@@ -139,7 +170,13 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str],
             and record["subject"].lower() not in sentence.lower()):
         # The model put the other speaker's name on a first-person statement ("I went…" → them).
         record["subject"] = speaker
-    why = ground(record, turn.content, names | {speaker})
+    if gate.addressed(record, listener):
+        return None, "addressed to the listener"
+    why = ground(record, turn.content, names | {speaker}, extractive=extractive)
+    if why:
+        return None, why
+    record = gate.repair_persons(record, speaker, listener, zh)
+    why = gate.judge(record, sentence, names | {speaker}, listener)
     if why:
         return None, why
     record = normalize.attach_time(record, when, turn, sentence)

@@ -1,7 +1,7 @@
 """Grounding: an atom the turn does not support is dropped, with the reason counted.
 
 The checks catch what a small model does wrong: nothing said beyond names, small talk, words
-addressed to the listener, the prompt's example copied, the whole line pasted, names or words
+the prompt's example copied, the whole line pasted, names or words
 the turn never said, another language than the turn's.
 """
 
@@ -10,18 +10,18 @@ from __future__ import annotations
 import re
 
 from .. import text
-from .prefilter import PHATIC_WORDS, SECOND_PERSON
+from .prefilter import PHATIC_WORDS
 from .prompt import FEWSHOT_MARKERS
 
 _LATIN_ENTITY = re.compile(r"\b(?:[A-Z][\w'’-]*|[\w-]*\d[\w-]*)\b")
 
 
-def ground(record: dict, source: str, names: set[str]) -> str | None:
+def ground(record: dict, source: str, names: set[str], *, extractive: bool = False) -> str | None:
     """Why record is not supported by the source text, or None when it is.
 
     `source` is the text of the atom's own turn; `names` are the speakers' names (allowed even when
     the turn does not spell them: "I" became the speaker's name). Checks, in order: nothing said
-    beyond names, only small talk, addressed to the listener, copied from the prompt's examples,
+    beyond names, only small talk, copied from the prompt's examples,
     a whole line pasted, named things (capitalised words, numbers) absent, another language than
     the turn's, most content words absent (CJK: bigrams; Latin: crude stems).
     """
@@ -33,17 +33,16 @@ def ground(record: dict, source: str, names: set[str]) -> str | None:
         return "no content"
     if all(w in PHATIC_WORDS for w in said_terms):
         return "small talk"
-    if SECOND_PERSON.search(said):
-        return "addressed to the listener"
     body = " ".join(record.get(f, "") for f in ("subject", "predicate", "object", "outcome"))
     content = " ".join(record.get(f, "") for f in ("subject", "object", "outcome"))
     words = [w.lower() for w in text.WORD.findall(content)]
     if any(w in FEWSHOT_MARKERS and w not in low_source for w in words) or any(
             m in content and m not in source for m in FEWSHOT_MARKERS if text.has_cjk(m)):
         return "copied from examples"
-    if _pasted(body, source):
+    if not extractive and _pasted(body, source):  # an extractive note is the turn's words by design
         return "whole line pasted"
     for entity in _LATIN_ENTITY.findall(body):
+        entity = re.sub(r"['’]s$", "", entity)  # "Caroline's school": the name is Caroline
         if entity.lower() not in low_source and entity.lower() not in name_words and entity.lower() not in ("i",):
             if not any(entity.lower() in n.lower() for n in names):
                 return f"entity not in source: {entity!r}"

@@ -34,10 +34,12 @@ _SENTIMENT_SYNONYMS = {
 }
 _DISLIKE_PREDICATE = re.compile(
     r"\b(?:hates?|dislikes?|can't stand|cannot stand|can not stand|detests?|loathes?|(?:does ?n[o']t|do ?n[o']t|"
-    r"never) (?:like|enjoy|love)s?|not (?:a )?fan of|avoids?)\b|不喜欢|讨厌|厌恶|受不了|反感|不爱", re.I)
+    r"never) (?:like|enjoy|love)s?|not (?:a )?fan of|avoids?|quit|stopped|gave up|giving up|no longer|"
+    r"not anymore|switched from)\b|不喜欢|讨厌|厌恶|受不了|反感|不爱|戒|不再|不喝|不吃", re.I)
 _LIKE_PREDICATE = re.compile(
-    r"\b(?:likes?|loves?|enjoys?|adores?|prefers?|fond of|into|favou?rites?|fan of|passionate about|"
-    r"is passionate|a big fan)\b|喜欢|爱|偏爱|偏好|热爱|最爱", re.I)
+    r"\b(?:likes?|loves?|loving|enjoys?|enjoying|adores?|prefers?|fond of|into|favou?rites?|fave|fan of|"
+    r"passion\w*|a big fan|keen on|dreams? of|dream|wants? to|would love to|wishes|hopes? to|"
+    r"interested in|cherish\w*|treasures?)\b|喜欢|爱|偏爱|偏好|热爱|最爱|想要|希望|梦想", re.I)
 _FIRST_PERSON = {"i", "me", "myself", "i'm", "im", "the speaker", "speaker", "我", "我自己", "本人", "自己"}
 _USER_WORDS = {"user", "the user", "用户", "该用户"}
 _HEDGES = re.compile(
@@ -46,12 +48,14 @@ _HEDGES = re.compile(
 
 
 _CONSTRAINT_WORDS = re.compile(
-    r"\b(?:must|mustn't|never|can't|cannot|can not|not allowed|allergic|forbid\w*|avoids?|banned|"
-    r"no longer allowed|has to|have to|needs? to|only)\b|不能|禁止|不要|不许|不准|不可|别|必须|只能|过敏|忌", re.I)
+    r"\b(?:must|mustn't|never|can't|cannot|can not|not allowed|allergic|allergy|forbid\w*|avoids?|banned|"
+    r"no longer allowed|has to|have to|needs? to|only|no (?!doubt|way|problem|worries|idea|clue)\w+|"
+    r"vegetarian|vegan|rule)\b|不能|禁止|不要|不许|不准|不可|别|必须|只能|过敏|忌|不用|一律|不让|规矩", re.I)
 _EVENT_WORDS = re.compile(
-    r"\b(?:\w+ed|went|got|lost|made|took|saw|met|had|did|bought|ran|began|won|found|gave|told|came|left|"
-    r"wrote|read|sold|built|drew|flew|drove|threw|held|taught|brought|caught|felt|kept|heard|paid|sent|"
-    r"spent|grew|chose|became|is going|are going|will|plans? to|planning|going to)\b|了|过|刚|将要|打算|计划", re.I)
+    r"\b(?:\w+ed|went|got|made|took|saw|met|did|bought|ran|began|won|found|gave|told|came|left|"
+    r"wrote|read|sold|built|drew|flew|drove|threw|held|taught|brought|caught|kept|heard|paid|sent|"
+    r"spent|grew|chose|became|is going|are going|will|plans? to|planning|going|off to|visit\w*|"
+    r"trip|packing|moving|signed up|booked)\b|了|过|刚|将要|打算|计划|去了|参加", re.I)
 
 
 def kind(value: str | None, record: dict, sentiment: str) -> str:
@@ -66,6 +70,8 @@ def kind(value: str | None, record: dict, sentiment: str) -> str:
         return "preference"
     if record.get("when") or _EVENT_WORDS.search(record.get("predicate", "")):
         return "event"
+    if _EVENT_WORDS.match(record.get("object", "")):
+        return "event"  # "Melanie | | went camping": the verb landed in the object
     return "fact"
 
 
@@ -103,6 +109,20 @@ _VAGUE_TIME = re.compile(
 
 
 _ZH_DONE = re.compile(r"刚|了|过|完成|做完")
+_FUTURE = re.compile(
+    r"\b(?:will|'ll|going to|gonna|plan(?:s|ning)?|next|upcoming|tomorrow|soon|booked|scheduled|about to|"
+    r"intend|hope to|want to|wanna|thinking (?:about|of)|can't wait|looking forward|"
+    r"by (?:the )?(?:end|start|beginning|middle) of|(?:am|is|are|'m|'re|'s) (?:\w+ing))\b"
+    r"|打算|准备|计划|下个|下周|下月|明天|后天|明年|将要|要去|届时", re.I)
+_PAST = re.compile(r"\b(?:last|ago|yesterday|went|was|were|did|had|got|been|used to|\w+ed)\b"
+                   r"|了|过|上个|上周|昨天|前天|去年|刚", re.I)
+
+
+def tense(sentence: str) -> bool | None:
+    """Whether a sentence speaks of the future (True), the past (False), or does not say (None)."""
+    if _FUTURE.search(sentence):
+        return True
+    return False if _PAST.search(sentence) else None
 
 
 def is_time(words: str, ts: str) -> bool:
@@ -115,6 +135,7 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
     from a time phrase in the turn's sentence the atom came from."""
     if when and when.lower() not in turn.content.lower():
         when = None  # time words the turn never said: the atom stays, undated
+    future = tense(sentence)
     # A time phrase inside the object or predicate belongs in `when` when the turn said it, and
     # nowhere when it did not (a small model copies the example's "前天" into other atoms).
     for part in ("object", "predicate"):
@@ -127,17 +148,17 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
     if record["kind"] == "fact" and _ZH_DONE.search(" ".join(record.get(f, "") for f in ("predicate", "object"))):
         record["kind"] = "event"  # 刚做完 / 做了 / 去过: something happened
     if not when and record["kind"] == "event":
-        found = timeparse.find(sentence, turn.ts) or (timeparse.find(turn.content, turn.ts)
-                                                      if len(timeparse.find(turn.content, turn.ts)) == 1 else [])
+        in_turn = timeparse.find(turn.content, turn.ts, future)
+        found = timeparse.find(sentence, turn.ts, future) or (in_turn if len(in_turn) == 1 else [])
         if found:
             when = found[0][0]
     if when:
         record["when"] = when
-        resolved = timeparse.resolve(when, turn.ts)
+        resolved = timeparse.resolve(when, turn.ts, future)
         if resolved:
             record["date"] = resolved
-            if record["kind"] == "fact" and len(resolved) == 10:
-                record["kind"] = "event"  # a fact pinned to a day is something that happened
+            if record["kind"] == "fact" and (len(resolved) == 10 or resolved > turn.ts[: len(resolved)]):
+                record["kind"] = "event"  # a fact pinned to a day, or to a time ahead, is an event
     return record
 
 

@@ -45,18 +45,19 @@ def prefilter(turn: Turn, names: Iterable[str] = ()) -> str | None:
     if not content:
         return "empty"
     names = {n.lower() for n in names if n} | ({turn.speaker.lower()} if turn.speaker else set())
-    kinds = [_sentence_kind(s.strip(), names) for s in _SENTENCE.findall(content) if s.strip()]
+    kinds = [sentence_kind(s.strip(), names) for s in _SENTENCE.findall(content) if s.strip()]
     if not kinds or "content" in kinds:
         return None
     order = ["greeting", "thanks", "acknowledgement", "reaction", "question"]
     return "+".join(k for k in order if k in kinds)
 
 
-def _sentence_kind(sentence: str, names: set[str]) -> str:
+def sentence_kind(sentence: str, names: set[str]) -> str:
+    """"content", or what else the sentence is: "greeting", "thanks", "acknowledgement", "reaction", "question"."""
     if text.has_cjk(sentence):
         return _zh_sentence_kind(sentence)
     words = [w.lower().replace("’", "'") for w in re.findall(r"[^\W_]+(?:['’][^\W_]+)?", sentence)]
-    if sentence.rstrip().endswith("?"):
+    if sentence.rstrip().endswith("?") and not _tells_first(sentence):
         return "question"
     content = [w for w in words if w not in PHATIC_WORDS and w not in text.STOP_WORDS
                and w not in _FILLER_WORDS and not _is_name(w, names)]
@@ -71,6 +72,15 @@ def _sentence_kind(sentence: str, names: set[str]) -> str:
     return "acknowledgement"
 
 
+def _tells_first(question: str) -> bool:
+    """A question that says something before it asks ("家里那只橘猫年糕，三岁了，最近挑食，咋办？",
+    "I tweaked my knee on Sunday's long run, any tips?"): the clauses before the last one hold
+    at least 8 CJK characters or 6 words."""
+    before = re.split(r"[，,；;]", question)[:-1]
+    said = "".join(before)
+    return sum(text.is_cjk(ch) for ch in said) >= 8 or len(re.findall(r"[A-Za-z]+", said)) >= 6
+
+
 def _is_name(word: str, names: set[str]) -> bool:
     """A speaker's name or a short form of it ("Mel" for Melanie)."""
     return any(word == n or (len(word) >= 3 and n.startswith(word)) for n in names)
@@ -78,7 +88,8 @@ def _is_name(word: str, names: set[str]) -> bool:
 
 def _zh_sentence_kind(sentence: str) -> str:
     core = re.sub(r"[\s，,。.!！？?~～、…]+", "", sentence)
-    if sentence.rstrip().endswith(("?", "？")) or _ZH_QUESTION_END.search(sentence) and "吗" in sentence[-3:]:
+    asks = sentence.rstrip().endswith(("?", "？")) or _ZH_QUESTION_END.search(sentence) and "吗" in sentence[-3:]
+    if asks and not _tells_first(sentence):
         return "question"
     label = None
     for words, name in ((_ZH_THANKS, "thanks"), (_ZH_GREETING, "greeting"), (_ZH_ACK, "acknowledgement")):

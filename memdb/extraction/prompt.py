@@ -8,35 +8,41 @@ from __future__ import annotations
 from .. import text
 from .records import Turn
 
-SYSTEM_PROMPT = """You turn chat lines into memory atoms: short facts, preferences, constraints and events about people that stay useful after the chat.
-Lines starting with "*" are the ones to extract from; lines starting with "-" are context only.
-Reply with JSON {"a":["subject | predicate | object | when", ...]}.
-subject: who it is about: the speaker's name instead of I or me.
-predicate, object: a few words from the line, in the line's language.
-when: only if the line says a time (yesterday, 上周三), as said; else leave it out.
-Skip greetings, questions, compliments and feelings about the chat. At most 3 atoms per line, usually fewer; {"a":[]} if nothing lasting."""
+SYSTEM_PROMPT = """You write memory notes about people from a chat: facts, preferences, rules and events worth remembering weeks later.
+Extract only from the line starting with "*"; lines starting with "-" are earlier lines, there to tell who "you", "she" or "it" is.
+Reply with JSON {"a":["subject | predicate | object | when", ...]}, one fact per note:
+subject: a name, never I, you, he, she or it (I = the "*" speaker, you = the person they talk to).
+predicate and object: the fact in a few words of the line's language, keeping what makes it matter (allergic to, never, wants to, loves).
+when: a time the line says (yesterday, next month, 上周三), as said; else leave it out.
+Skip greetings, thanks, praise, questions, advice and feelings about the chat: {"a":[]} when the line holds no such fact."""
 
-# Few-shot examples, one per language (a Chinese example in an English prompt made the model
-# answer in Chinese). Short, and about things that never occur in real data, so that grounding
-# can recognise an atom copied from them (see FEWSHOT_MARKERS).
+# Few-shot examples per language, each one call as it really comes (context lines, then the
+# "*" line), one that holds facts and one that holds none. About things that never occur in real
+# data, so that grounding can recognise an atom copied from them (see FEWSHOT_MARKERS); a Chinese
+# example in an English prompt made the model answer in Chinese.
 _EXAMPLES = {
-    "en": ("- Rowan: Morning Tansy! How was the weekend?\n"
-           "* Tansy: Great! I adopted a ferret named Biscuit last Sunday. I can't stand loud music though.\n"
-           "* Rowan: That is so sweet, you will be a great owner.\n"
-           "* Tansy: I work night shifts at a bakery, so I'm not allowed to have coffee after noon.",
-           '{"a":["Tansy | adopted | a ferret named Biscuit | last Sunday","Tansy | can\'t stand | loud music",'
-           '"Tansy | works | night shifts at a bakery","Tansy | not allowed | coffee after noon"]}'),
-    "zh": ("- 阿青: 早啊小林，周末过得怎么样？\n"
-           "* 小林: 我对花生过敏，周末一般去爬山。前天刚换了新工作。\n"
-           "* 阿青: 太棒了，你真厉害！",
-           '{"a":["小林 | 过敏 | 花生","小林 | 周末常去 | 爬山","小林 | 换了 | 新工作 | 前天"]}'),
+    "en": [("- Rowan: Morning Tansy! How was the weekend?\n"
+            "* Tansy: Great! I adopted a ferret named Biscuit last Sunday. I'm allergic to cats though, "
+            "and my brother Ellis is moving to Oslo next month.",
+            '{"a":["Tansy | adopted | a ferret named Biscuit | last Sunday","Tansy | is allergic to | cats",'
+            '"Tansy\'s brother Ellis | is moving to | Oslo | next month"]}'),
+           ("- Tansy: I finally finished the pottery course.\n"
+            "* Rowan: That's amazing, you must be so proud! What will you make next?",
+            '{"a":[]}')],
+    "zh": [("- 阿青: 早啊小林，周末过得怎么样？\n"
+            "* 小林: 挺好！我对花生过敏，周末一般去爬山。前天刚换了新工作，下个月要去厦门出差。",
+            '{"a":["小林 | 对花生过敏， | 不能吃花生","小林 | 周末常去 | 爬山","小林 | 换了 | 新工作 | 前天",'
+            '"小林 | 要去厦门 | 出差 | 下个月"]}'),
+           ("- 小林: 我们组规定不许用 Quokka 框架。\n"
+            "* 阿青: 好的，记住了！还有什么需要帮忙的吗？",
+            '{"a":[]}')],
 }
 FEWSHOT_MARKERS = frozenset({
-    "rowan", "tansy", "ferret", "biscuit", "bakery", "shifts", "loud", "noon", "owner",
-    "小林", "阿青", "花生", "爬山", "新工",
+    "rowan", "tansy", "ferret", "biscuit", "ellis", "oslo", "pottery", "quokka",
+    "小林", "阿青", "花生", "爬山", "新工", "厦门", "quokka",
 })
 
-MAX_ATOMS_PER_TURN = 3
+MAX_ATOMS_PER_TURN = 4
 MAX_TURN_CHARS = 700       # a turn longer than this is cut in the prompt (the atom stays grounded)
 MAX_CONTEXT_CHARS = 160    # context lines are cut shorter: they are read, not extracted from
 
@@ -44,9 +50,10 @@ MAX_CONTEXT_CHARS = 160    # context lines are cut shorter: they are read, not e
 def prompt_prefix(lang: str = "en") -> list[dict[str, str]]:
     """The fixed opening of every prompt (system + the language's example), byte-identical
     between calls in one language, so llama.cpp evaluates it once and reuses it."""
-    user, assistant = _EXAMPLES["zh" if lang == "zh" else "en"]
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user},
-            {"role": "assistant", "content": assistant}]
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    for user, assistant in _EXAMPLES["zh" if lang == "zh" else "en"]:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    return messages
 
 
 def output_schema(n_turns: int) -> dict:
@@ -66,7 +73,7 @@ def output_schema(n_turns: int) -> dict:
 
     atom = {"type": "string",
             "pattern": f"^{words(4)} [|] {words(6)} [|] {words(12)}( [|] {words(6)})?$"}
-    return {"type": "object", "properties": {"a": {"type": "array", "items": atom, "maxItems": n_turns + 1}},
+    return {"type": "object", "properties": {"a": {"type": "array", "items": atom, "maxItems": MAX_ATOMS_PER_TURN * n_turns}},
             "required": ["a"], "additionalProperties": False}
 
 
@@ -99,4 +106,5 @@ def build_messages(numbered: list[Turn], context: list[Turn], batch: list[Turn])
 
 
 def max_tokens_for(n_turns: int) -> int:
-    return 16 + 40 * n_turns
+    # About 28 tokens a note; the grammar closes the list sooner when the line holds fewer.
+    return 16 + 28 * MAX_ATOMS_PER_TURN * n_turns

@@ -42,6 +42,10 @@ _NEGATION = re.compile(
     r"\w+n't)\b|不|没|别|禁止|勿|无|戒|讨厌",
     re.I,
 )
+# A plan called off: the new statement replaces the planned event it names.
+_CANCELLED = re.compile(
+    r"\b(?:cancel\w*|called off|(?:is|are|it's) off|postpon\w*|not going|won't (?:go|make it)|scrapp\w*|"
+    r"fell through)\b|取消|不去了|去不了|泡汤|黄了|推迟|延期|改期", re.I)
 _WORD = re.compile(r"[^\W\d_]+(?:'[a-z]+)?|\d+", re.I)
 _FAVOURITE = re.compile(r"(?:\bfavou?rite|最喜欢的)\s*([^\W\d_].*)", re.I)
 _COPULAS = frozenset({"is", "am", "are", "was", "were", "be", "是", "为"})
@@ -53,6 +57,8 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     similarity is the vector cosine of the two canonical lines (or their keyword overlap in
     keyword-only mode); the fields decide what a high similarity may mean.
     """
+    if _cancels(new, old, settings):
+        return "conflict"
     if not _same_topic(new, old):
         return "distinct"
     if not _kinds_compatible(new, old):
@@ -69,6 +75,16 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     floor = settings.merge_min_overlap if keyword_only else settings.merge_similarity_same_key
     by_slot = _by_slot(new, old, settings, confirmed=max(similarity, lexical) >= floor)
     return by_slot or _by_similarity(new, old, similarity, lexical, settings, keyword_only)
+
+
+def _cancels(new: dict, old: dict, settings: Settings) -> bool:
+    """Whether new calls off the plan old is: same subject, old an event, new saying it is off
+    and naming what old named."""
+    if old["kind"] != "event" or _norm(new.get("subject")) != _norm(old.get("subject")):
+        return False
+    if not _CANCELLED.search(codec.canonical_text(new)) or _CANCELLED.search(codec.canonical_text(old)):
+        return False
+    return value_overlap(new, old) >= settings.cancel_overlap
 
 
 def _same_topic(new: dict, old: dict) -> bool:

@@ -1,0 +1,129 @@
+"""The extractive fallback: what the model left out, taken from the turn's own words.
+
+A 0.5B model skips many facts a turn states plainly ("I'm allergic to shrimp", "她是我女儿，今年6岁").
+After the model's notes, every sentence of the turn that states something about a person and
+that no note covers becomes a note of its own: the sentence cut at its clauses, fillers and
+interjections removed, "I", "my", "我" made the speaker's name, "she", "她" the person the turn
+last named. Each such note then goes through the same grounding, gate and time resolution as
+the model's, so it only fills gaps and never adds small talk.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .. import text, timeparse
+from .prefilter import FIRST_PERSON_WORDS, sentence_kind
+
+# Leading words that carry nothing ("Yeah, so I ..." → "I ...").
+_FILLER = re.compile(
+    r"^(?:(?:yeah|yes|yep|oh|wow|well|so|also|anyway|btw|by the way|actually|haha|lol|hey|hi|thanks|thank you|"
+    r"totally|cool|great|nice|sure|ok|okay|and|but|plus|oh and|good tip|nice)\b[\s,!.:–-]*)+", re.I)
+_VOCATIVE = re.compile(r"^[A-Z][a-z]+,\s*|,\s*[A-Z][a-z]+$")  # "Mel, ..." / "..., Caroline"
+_ZH_FILLER = re.compile(r"^(?:哈哈+|嗯+|对了|另外|还有|其实|说实话|不过|然后|所以|好的|好嘞|跟你说|跟你讲个八卦|"
+                        r"(?:有|对|是的|没错|可以|行)(?=[，,]))[，,、：:\s]*")
+_CLAUSE = re.compile(r"\s*(?:;|:|—|–| - |, but |, and |, so |, which | but | and then | and (?=it |it's |that |this ))\s*",
+                     re.I)
+_ZH_SENTENCE = re.compile(r"[^。！？!?；;\n]+")
+_BRACKETS = re.compile(r"\[[^\]]*\]|\([^)]*\)|（[^）]*）")
+# A clause worth a note names something: a durable verb about the speaker, a number, a name.
+_DURABLE = re.compile(
+    r"\b(?:am|is|are|was|were|have|has|had|got|went|go|going|work\w*|live\w*|moved?|moving|study\w*|"
+    r"started|start\w*|joined|adopt\w*|bought|love\w*|like[sd]?|hate\w*|enjoy\w*|prefer\w*|allergic|"
+    r"never|always|usually|plan\w*|signed|booked|visit\w*|finished|learn\w*|teach\w*|play\w*|paint\w*|"
+    r"run\w*|ran|married|born|named|called|own\w*|use[sd]?|using|need\w*|want\w*|won|lost|took|made)\b", re.I)
+_ENTITY = re.compile(r"(?<!^)(?<![.!?]\s)\b[A-Z][a-zA-Z]+|\d")
+_PRONOUN = re.compile(r"\b(?:she|he|her|him|his)\b|[她他]", re.I)
+MAX_CLAUSE_CHARS = {"en": 140, "zh": 48}
+
+
+def notes(content: str, speaker: str, names: set[str], covered: set[str], ts: str) -> list[dict]:
+    """Records ({"subject", "object"}) for the statements of content that no held note covers
+    (covered: the content terms of the model's notes)."""
+    zh = text.has_cjk(content)
+    found = []
+    for clause in _clauses(content, zh):
+        if sentence_kind(clause, names) != "content" or not _states_something(clause, zh, ts):
+            continue
+        terms = set(text.terms(clause))
+        if terms and len(terms & covered) >= len(terms) / 2:
+            continue  # the model already said it
+        record = _as_record(clause, speaker, names, zh)
+        if record:
+            found.append(record)
+            covered |= terms
+    return found
+
+
+def _clauses(content: str, zh: bool) -> list[str]:
+    content = _BRACKETS.sub(" ", content)
+    if zh:
+        out = []
+        for sentence in _ZH_SENTENCE.findall(content):
+            sentence = _ZH_FILLER.sub("", sentence.strip(" ，,"))
+            out += _cut(sentence, MAX_CLAUSE_CHARS["zh"], "，")
+        return [c for c in out if c]
+    out = []
+    for sentence in re.findall(r"[^.!?\n]+[.!?]*", content):
+        for part in _CLAUSE.split(sentence):
+            part = _FILLER.sub("", part.strip(" ,.!")).strip(" ,.!")
+            part = _VOCATIVE.sub("", part)
+            out += _cut(part, MAX_CLAUSE_CHARS["en"], ", ")
+    return [c for c in out if c]
+
+
+def _cut(clause: str, limit: int, joint: str) -> list[str]:
+    # Keep whole comma-parts while they fit, so a long sentence gives notes that read alone.
+    if len(clause) <= limit:
+        return [clause]
+    pieces, current = [], ""
+    for part in clause.split(joint):
+        if current and len(current) + len(joint) + len(part) > limit:
+            pieces.append(current)
+            current = part
+        else:
+            current = f"{current}{joint}{part}" if current else part
+    return pieces + ([current] if current else [])
+
+
+def _states_something(clause: str, zh: bool, ts: str) -> bool:
+    if zh:
+        return sum(text.is_cjk(ch) and ch not in text.ZH_STOP_CHARS for ch in clause) >= 4
+    if len(text.terms(clause)) < 2:
+        return False
+    return bool(_DURABLE.search(clause) or _ENTITY.search(clause) or timeparse.find(clause, ts))
+
+
+def _as_record(clause: str, speaker: str, names: set[str], zh: bool) -> dict | None:
+    """The clause as a note about its subject: the speaker unless it names someone else first."""
+    others = [n for n in names if n and n != speaker]
+    if zh:
+        named = _last_named(clause, others)
+        clause = re.sub(r"[她他](?=是|今年|这学期|天天|最近|突然|叫)", named or "\\g<0>", clause) if named else clause
+        clause = clause.replace("我们", speaker).replace("我", speaker)
+        for name in [speaker, *others]:
+            if clause.startswith(name):
+                return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
+        return {"subject": speaker, "object": clause}
+    if FIRST_PERSON_WORDS.search(clause) is None and not any(n in clause for n in others) and _PRONOUN.search(clause):
+        return None  # about someone only a pronoun names
+    said = re.sub(r"^(?:i'm|i am|we're|we are)\b", "is", clause, flags=re.I)
+    said = re.sub(r"^(?:i've|i have|we've|we have)\b", "has", said, flags=re.I)
+    said = re.sub(r"^(?:i|we)\b\s*", "", said, flags=re.I)
+    if said != clause:
+        return {"subject": speaker, "object": said}
+    for name in others:
+        if clause.startswith(name + " "):
+            return {"subject": name, "object": clause[len(name) + 1:]}
+    if re.match(r"^(?:my|our)\b", clause, re.I):
+        return {"subject": f"{speaker}'s " + clause.split(" ", 2)[1], "object": clause.split(" ", 2)[2]} \
+            if clause.count(" ") >= 2 else None
+    if not (_ENTITY.search(clause) or timeparse.find(clause, "2000-01-01")):
+        return None  # a remark with no name, number or time in it: small talk far more often than a fact
+    return {"subject": speaker, "predicate": "says", "object": clause}
+
+
+def _last_named(clause: str, others: list[str]) -> str | None:
+    # The person a "她" stands for: a name the clause mentions before it.
+    hits = [(clause.rfind(n), n) for n in others if n in clause]
+    return max(hits)[1] if hits else None
