@@ -7,6 +7,7 @@ dia_ids through their source turns. Baselines computed in the same run: plain BM
 vector search over raw turns. Also sweeps alpha from 0 to 1 per intent class and plots it.
 
     .venv/bin/python bench/locomo_retrieval.py --atoms /tmp/locomo_dev_atoms.jsonl
+    .venv/bin/python bench/locomo_retrieval.py --db-dir bench/results/qa/db   # files qa_prepare.py built
 """
 
 from __future__ import annotations
@@ -115,7 +116,20 @@ CONFIGS = {
 }
 
 
-def run(data: Path, atoms: Path | None, sweep: bool) -> dict:
+def built_file(mem: memdb.Memory, sample: dict) -> dict[str, int]:
+    """dia_id -> turn id of a file built by bench/qa_prepare.py (the real pipeline: extraction,
+    lifecycle, turn states): its turns were added in dialogue order, so ids ascend with dia_ids."""
+    conv, dia_ids, n = sample["conversation"], [], 1
+    while f"session_{n}" in conv:
+        dia_ids += [t["dia_id"] for t in conv[f"session_{n}"]]
+        n += 1
+    ids = [t["id"] for t in mem.export(sample["sample_id"]) if t["type"] == "turn"]
+    if len(ids) != len(dia_ids):
+        raise SystemExit(f"{sample['sample_id']}: the file holds {len(ids)} turns, the data {len(dia_ids)}")
+    return dict(zip(dia_ids, ids))
+
+
+def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None) -> dict:
     samples = json.loads(data.read_text())
     results: dict[str, list[dict]] = defaultdict(list)
     sweep_rows: dict[tuple, list[dict]] = defaultdict(list)
@@ -123,9 +137,14 @@ def run(data: Path, atoms: Path | None, sweep: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for sample in samples:
             user = sample["sample_id"]
-            mem = memdb.open(Path(tmp) / f"{user}.db", extract="defer")
-            dia_to_turn = load_conversation(mem, sample)
-            n_atoms = load_atoms(mem, user, atoms, dia_to_turn) if atoms else 0
+            if db_dir:  # extracted by the real pipeline: atoms as memdb keeps them
+                mem = memdb.open(db_dir / f"{user}.db", extract="defer")
+                dia_to_turn = built_file(mem, sample)
+                n_atoms = mem.stats()["atoms"]
+            else:
+                mem = memdb.open(Path(tmp) / f"{user}.db", extract="defer")
+                dia_to_turn = load_conversation(mem, sample)
+                n_atoms = load_atoms(mem, user, atoms, dia_to_turn) if atoms else 0
             turn_to_dia = {t: d for d, t in dia_to_turn.items()}
             qas = [q for q in sample["qa"] if q.get("category") != 5 and evidence(q)]
             qvecs = mem.embedder.embed([q["question"] for q in qas])
@@ -134,7 +153,7 @@ def run(data: Path, atoms: Path | None, sweep: bool) -> dict:
             for qa, qvec in zip(qas, qvecs):
                 gold, intent = evidence(qa), search_query.intent(qa["question"])
                 for name, (layer, fusion, alpha) in CONFIGS.items():
-                    if layer != "turns" and not atoms:
+                    if layer != "turns" and not (atoms or db_dir):
                         continue
                     t0 = time.perf_counter()
                     hits = search_fusion.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
@@ -149,7 +168,7 @@ def run(data: Path, atoms: Path | None, sweep: bool) -> dict:
                     row["intent"] = intent
                     results[name].append(row)
                 if sweep:
-                    for layer in (("atoms", "both", "turns") if atoms else ("turns",)):
+                    for layer in (("atoms", "both", "turns") if atoms or db_dir else ("turns",)):
                         for a in np.round(np.linspace(0, 1, 11), 1):
                             hits = search_fusion.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
                                                         settings=mem.settings, query_vector=qvec, fusion="weighted",
@@ -196,10 +215,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "locomo_dev.json")
     parser.add_argument("--atoms", type=Path, default=None, help="JSONL of extracted atoms")
+    parser.add_argument("--db-dir", type=Path, default=None,
+                        help="read the files bench/qa_prepare.py built (the real pipeline) instead of --atoms")
     parser.add_argument("--no-sweep", action="store_true")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "locomo_retrieval.json")
     args = parser.parse_args()
-    result = run(args.data, args.atoms, not args.no_sweep)
+    result = run(args.data, args.atoms, not args.no_sweep, args.db_dir)
     result["command"] = "python " + " ".join(sys.argv)
     result["data"] = args.data.name
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))

@@ -98,6 +98,15 @@ def cjk_bigrams(value: str) -> set[str]:
     return grams
 
 
+_SENTENCE_END = re.compile(r"(?<=[。！？\n])|(?<=[.!?…])\s+|(?<=[.!?])(?=[^\w\s'\"’)\]])")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of text: cut after 。！？ and line breaks, and after . ! ? followed by a
+    space, so "0.71 AUC" and ".py scripts" stay whole."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+
+
 def quote(term: str) -> str:
     """term as one FTS5 phrase: double-quoted, inner quotes doubled, unprintables dropped.
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memdb import codec, timeparse
+from memdb import codec, text, timeparse
 from memdb.errors import ModelError
 from memdb.settings import Settings
 from memdb.extraction import records
@@ -656,3 +656,16 @@ def test_a_chinese_statement_the_model_skipped_becomes_a_note_about_the_speaker(
     candidates, _ = extract.extract([source], FakeLLM(reply()))
     assert [("陈静", "陈静对虾过敏，虾仁、虾滑都不能碰", "constraint")] == [
         (c.record["subject"], codec.canonical_text(c.record), c.record["kind"]) for c in candidates]
+
+
+def test_sentences_are_cut_at_their_ends_not_inside_numbers_or_file_names():
+    content = "Cool. It's stuck at 0.71 AUC, Priya wants 0.75! I moved to plain .py scripts. 我对虾过敏。香菜不行！"
+    assert ["Cool.", "It's stuck at 0.71 AUC, Priya wants 0.75!", "I moved to plain .py scripts.", "我对虾过敏。",
+            "香菜不行！"] == text.sentences(content)
+
+
+def test_a_person_named_mid_sentence_is_the_subject_of_what_the_turn_says_of_them():
+    source = turn(1, "Perfect, we already run vLLM. Oh, and Priya told us today she's leaving in September to join a startup.",
+                  speaker="Marcus", ts="2026-07-02T10:00:00")
+    candidates, _ = extract.extract([source], FakeLLM(reply("Marcus | runs | vLLM")))
+    assert ("Priya", "2026-09") in [(c.record["subject"], c.record.get("date")) for c in candidates]

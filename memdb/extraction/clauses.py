@@ -33,6 +33,11 @@ _DURABLE = re.compile(
     r"never|always|usually|plan\w*|signed|booked|visit\w*|finished|learn\w*|teach\w*|play\w*|paint\w*|"
     r"run\w*|ran|married|born|named|called|own\w*|use[sd]?|using|need\w*|want\w*|won|lost|took|made)\b", re.I)
 _ENTITY = re.compile(r"(?<!^)(?<![.!?]\s)\b[A-Z][a-zA-Z]+|\d")
+_NOT_NAMES = frozenset("""The This That These Those It Its There Here What When Where Why How Who Which
+    My Our Your His Her Their We You They He She Anyway Also Maybe Just Still Now Then Today Yesterday
+    Tomorrow Last Next Every Some Any All Both Each Most Many Much More Not No Yes Got Had Have Has
+    Been Being Was Were Is Are Am Do Does Did Can Could Would Should Will Going Gonna Wanna Looking
+    Thinking Hope Hoping Feel Feeling Taking Making Getting Working Having Being Trying""".split())
 _PRONOUN = re.compile(r"\b(?:she|he|her|him|his)\b|[她他]", re.I)
 MAX_CLAUSE_CHARS = {"en": 140, "zh": 48}
 
@@ -48,7 +53,7 @@ def notes(content: str, speaker: str, names: set[str], covered: set[str], ts: st
         terms = set(text.terms(clause))
         if terms and len(terms & covered) >= len(terms) / 2:
             continue  # the model already said it
-        record = _as_record(clause, speaker, names, zh)
+        record = _as_record(clause, speaker, names, zh, content)
         if record:
             found.append(record)
             covered |= terms
@@ -64,7 +69,7 @@ def _clauses(content: str, zh: bool) -> list[str]:
             out += _cut(sentence, MAX_CLAUSE_CHARS["zh"], "，")
         return [c for c in out if c]
     out = []
-    for sentence in re.findall(r"[^.!?\n]+[.!?]*", content):
+    for sentence in text.sentences(content):
         for part in _CLAUSE.split(sentence):
             part = _FILLER.sub("", part.strip(" ,.!")).strip(" ,.!")
             part = _VOCATIVE.sub("", part)
@@ -94,7 +99,7 @@ def _states_something(clause: str, zh: bool, ts: str) -> bool:
     return bool(_DURABLE.search(clause) or _ENTITY.search(clause) or timeparse.find(clause, ts))
 
 
-def _as_record(clause: str, speaker: str, names: set[str], zh: bool) -> dict | None:
+def _as_record(clause: str, speaker: str, names: set[str], zh: bool, content: str = "") -> dict | None:
     """The clause as a note about its subject: the speaker unless it names someone else first."""
     others = [n for n in names if n and n != speaker]
     if zh:
@@ -105,10 +110,16 @@ def _as_record(clause: str, speaker: str, names: set[str], zh: bool) -> dict | N
             if clause.startswith(name):
                 return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
         return {"subject": speaker, "object": clause}
+    first = re.match(r"([A-Z][a-z]+)\s+(?!is\b|was\b)([a-z].*)", clause)
+    if first and first.group(1) not in _NOT_NAMES and re.search(rf"[a-z,]\s+{first.group(1)}\b", content):
+        # "Oh, and Priya told us she's leaving …": a name, capitalised mid-sentence, about Priya
+        return {"subject": first.group(1), "object": first.group(2)}
     if FIRST_PERSON_WORDS.search(clause) is None and not any(n in clause for n in others) and _PRONOUN.search(clause):
         return None  # about someone only a pronoun names
     said = re.sub(r"^(?:i'm|i am|we're|we are)\b", "is", clause, flags=re.I)
     said = re.sub(r"^(?:i've|i have|we've|we have)\b", "has", said, flags=re.I)
+    said = re.sub(r"^(?:i'll|we'll)\b", "will", said, flags=re.I)
+    said = re.sub(r"^(?:i'd|we'd)\b", "would", said, flags=re.I)
     said = re.sub(r"^(?:i|we)\b\s*", "", said, flags=re.I)
     if said != clause:
         return {"subject": speaker, "object": said}
@@ -118,7 +129,8 @@ def _as_record(clause: str, speaker: str, names: set[str], zh: bool) -> dict | N
     if re.match(r"^(?:my|our)\b", clause, re.I):
         return {"subject": f"{speaker}'s " + clause.split(" ", 2)[1], "object": clause.split(" ", 2)[2]} \
             if clause.count(" ") >= 2 else None
-    if not (_ENTITY.search(clause) or timeparse.find(clause, "2000-01-01")):
+    named = [m for m in _ENTITY.findall(clause) if m not in names and not any(m in n for n in names)]
+    if not (named or timeparse.find(clause, "2000-01-01")):
         return None  # a remark with no name, number or time in it: small talk far more often than a fact
     return {"subject": speaker, "predicate": "says", "object": clause}
 

@@ -159,7 +159,9 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
         # Not a time: the model split a long object over the last slot ("… with | the kids").
         record["object"] = f"{record.get('object', '')} {when}".strip()
         when = None
-    sentiment = normalize.sentiment(atom, record.get("predicate", ""))
+    # A note taken from the turn has no predicate of its own: its words say how it is meant.
+    stance = record.get("predicate", "") if not extractive else " ".join(record.get("object", "").split()[:6])
+    sentiment = normalize.sentiment(atom, stance)
     record["kind"] = normalize.kind(atom.get("kind"), {**record, "when": when}, sentiment)
     if sentiment != "neutral":
         record["sentiment"] = sentiment

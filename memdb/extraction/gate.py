@@ -37,7 +37,13 @@ _DANGLING_END = frozenset("""to the a an of with and or for my your our their hi
 _GLUED = re.compile(r"\b[A-Za-z]*(?:[A-Za-z]{20,}|[a-z][A-Z][a-z]+[A-Z])[A-Za-z]*\b")
 _REACTION = re.compile(
     r"\b(?:proud of|happy for|glad (?:that )?you|thrilled for|excited for|rooting for|good for|impressed by) you\b"
-    r"|\byou(?:'re| are) (?:doing|so|such|a|an|amazing|awesome|great|really)\b|为你(?:高兴|骄傲)", re.I)
+    r"|\byou(?:'re| are) (?:doing|so|such|a|an|amazing|awesome|great|really)\b|here (?:for|to support) you\b"
+    r"|为你(?:高兴|骄傲)", re.I)
+# "X is so lovely", "looks great": an opinion, a fact only when the speaker speaks of their own.
+_OPINION = re.compile(
+    r"\b(?:is|are|was|were|'s|looks?|sounds?|seems?)\s+(?:(?:so|really|super|such|a|an|very|pretty|truly|just)\s+)*"
+    r"(?:amazing|awesome|great|lovely|wonderful|cool|nice|beautiful|gorgeous|special|important|inspiring|"
+    r"tough|hard|rewarding|powerful|vital|key|perfect|fun)\b", re.I)
 _INFO_QUESTION = re.compile(
     r"^\s*(?:what|how|why|when|where|who|which|did|do|does|are|is|was|were|have|has|had|got|any|anything|"
     r"can|could|would|will|wanna|want)\b|[吗呢][？?]?\s*$|什么|怎么|为什么|哪|多少|几", re.I)
@@ -115,6 +121,10 @@ def judge(record: dict, sentence: str, names: set[str], listener: str | None = N
         return "about the listener"  # praise or feelings about the other person: theirs to tell
     if not _concrete(said, names):
         return "no concrete fact"
+    if _OPINION.search(said) and not FIRST_PERSON_WORDS.search(sentence):
+        return "an opinion"
+    if re.match(r"(?:shares?|shared) (?:a |an )?(?:photo|pic|picture|photography)", said, re.I):
+        return "a shared photo"  # the caption of a picture: what it shows is said in the turns around it
     return None
 
 

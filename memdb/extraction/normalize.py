@@ -50,7 +50,7 @@ _HEDGES = re.compile(
 _CONSTRAINT_WORDS = re.compile(
     r"\b(?:must|mustn't|never|can't|cannot|can not|not allowed|allergic|allergy|forbid\w*|avoids?|banned|"
     r"no longer allowed|has to|have to|needs? to|only|no (?!doubt|way|problem|worries|idea|clue)\w+|"
-    r"vegetarian|vegan|rule)\b|不能|禁止|不要|不许|不准|不可|别|必须|只能|过敏|忌|不用|一律|不让|规矩", re.I)
+    r"vegetarian|vegan|rule|nothing|stays? inside|must not)\b|不能|禁止|不要|不许|不准|不可|别|必须|只能|过敏|忌|不用|一律|不让|规矩", re.I)
 _EVENT_WORDS = re.compile(
     r"\b(?:\w+ed|went|got|made|took|saw|met|did|bought|ran|began|won|found|gave|told|came|left|"
     r"wrote|read|sold|built|drew|flew|drove|threw|held|taught|brought|caught|kept|heard|paid|sent|"
@@ -118,6 +118,9 @@ _PAST = re.compile(r"\b(?:last|ago|yesterday|went|was|were|did|had|got|been|used
                    r"|了|过|上个|上周|昨天|前天|去年|刚", re.I)
 
 
+_TODAY = re.compile(r"\b(?:off to|today|tonight|this (?:morning|afternoon|evening)|right now|just now)\b|今天|今晚|刚刚", re.I)
+
+
 def tense(sentence: str) -> bool | None:
     """Whether a sentence speaks of the future (True), the past (False), or does not say (None)."""
     if _FUTURE.search(sentence):
@@ -138,20 +141,26 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
     future = tense(sentence)
     # A time phrase inside the object or predicate belongs in `when` when the turn said it, and
     # nowhere when it did not (a small model copies the example's "前天" into other atoms).
+    said: list[str] = []
     for part in ("object", "predicate"):
         value = record.get(part, "")
         for phrase, _ in timeparse.find(value, turn.ts):
             if len(value) > len(phrase) + 2:
-                record[part] = " ".join(value.replace(phrase, " ").split()).strip(" ,，")
+                value = record[part] = " ".join(value.replace(phrase, " ").split()).strip(" ,，")
                 if phrase.lower() in turn.content.lower():
-                    when = when or phrase
+                    said.append(phrase)
+    # "told us today she's leaving in September": the day of telling is not the event's
+    when = when or next((p for p in said if not _TODAY.fullmatch(p)), said[0] if said else None)
     if record["kind"] == "fact" and _ZH_DONE.search(" ".join(record.get(f, "") for f in ("predicate", "object"))):
         record["kind"] = "event"  # 刚做完 / 做了 / 去过: something happened
     if not when and record["kind"] == "event":
         in_turn = timeparse.find(turn.content, turn.ts, future)
         found = timeparse.find(sentence, turn.ts, future) or (in_turn if len(in_turn) == 1 else [])
+        found = [f for f in found if not _TODAY.fullmatch(f[0])] or found
         if found:
             when = found[0][0]
+    if not when and record["kind"] == "event" and _TODAY.search(sentence):
+        record["date"] = turn.ts[:10]  # "I'm off to go swimming": it happens the day it is said
     if when:
         record["when"] = when
         resolved = timeparse.resolve(when, turn.ts, future)
@@ -164,7 +173,7 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
 
 def best_sentence(record: dict, content: str) -> str:
     """The sentence of the turn that shares most words with the atom (for hedges and time)."""
-    sentences = [s for s in re.split(r"(?<=[.!?。！？\n])\s*", content) if s.strip()] or [content]
+    sentences = text.sentences(content) or [content]
     atom_terms = set(text.terms(" ".join(record.get(f, "") for f in ("predicate", "object"))))
     return max(sentences, key=lambda s: len(atom_terms & set(text.terms(s))))
 

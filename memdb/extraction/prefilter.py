@@ -14,7 +14,6 @@ from .records import Turn
 
 SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself|u)\b|你", re.I)
 FIRST_PERSON_WORDS = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself)\b|我", re.I)
-_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
 _GREETING_WORDS = frozenset("""hi hey hello hiya howdy yo morning afternoon evening night bye goodbye
     see ya later care welcome back long time meet""".split())
 _THANKS_WORDS = frozenset("thanks thank thx ty appreciate appreciated grateful cheers".split())
@@ -45,7 +44,7 @@ def prefilter(turn: Turn, names: Iterable[str] = ()) -> str | None:
     if not content:
         return "empty"
     names = {n.lower() for n in names if n} | ({turn.speaker.lower()} if turn.speaker else set())
-    kinds = [sentence_kind(s.strip(), names) for s in _SENTENCE.findall(content) if s.strip()]
+    kinds = [sentence_kind(s, names) for s in text.sentences(content)]
     if not kinds or "content" in kinds:
         return None
     order = ["greeting", "thanks", "acknowledgement", "reaction", "question"]
