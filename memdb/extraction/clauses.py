@@ -51,8 +51,9 @@ def notes(content: str, speaker: str, names: set[str], covered: set[str], ts: st
         if sentence_kind(clause, names) != "content" or not _states_something(clause, zh, ts):
             continue
         terms = set(text.terms(clause))
-        if terms and len(terms & covered) >= len(terms) / 2:
-            continue  # the model already said it
+        keys = {t for t in terms if re.search(r"[a-z0-9]", t)} if zh else set()
+        if terms and len(terms & covered) >= len(terms) / 2 and keys <= covered:
+            continue  # the model already said it (in Chinese, its names and numbers too)
         record = _as_record(clause, speaker, names, zh, content)
         if record:
             found.append(record)
