@@ -71,6 +71,15 @@ class ReplayLLM:
         self.path.write_text(json.dumps(self.replies, ensure_ascii=False))
 
 
+class NoModel:
+    """A model that never writes a note: what extraction gives without it (--no-model)."""
+
+    name, sha256 = "no-model", "0" * 64
+
+    def complete(self, messages: list[dict[str, str]], *, schema: dict, max_tokens: int) -> str:
+        return '{"a":[]}'
+
+
 def halves(data: dict) -> dict[str, set[str]]:
     """Two halves of a gold file's turns: by conversation when it has two, else first / second half."""
     ids = [t["id"] for t in data["dialogue"]]
@@ -159,6 +168,7 @@ def main() -> None:
     parser.add_argument("--llm", default=None, help="extraction GGUF (default: memdb's, i.e. the bundled model)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--replay", type=Path, default=None, help="a JSON file of the model's replies, by prompt")
+    parser.add_argument("--no-model", action="store_true", help="ablation: no model notes, only the rules'")
     parser.add_argument("--shared", default=str(ROOT.parent / "shared"), help="the shared folder (gold, scorer)")
     args = parser.parse_args()
 
@@ -166,7 +176,7 @@ def main() -> None:
     sys.path.insert(0, str(shared / "tools"))
     import atom_score
 
-    args.model = args.llm
+    args.model = NoModel() if args.no_model else args.llm
     if args.replay:
         from memdb.models import llama
 
