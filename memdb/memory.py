@@ -327,7 +327,9 @@ class Memory:
         hits = self.search(query, user=user, k=k, layer=layer, session=session)
         with self._lock:
             return contexts.context(hits, lambda h: contexts.related_atoms(self.conn, h),
-                                    budget=budget, count_tokens=self.count_tokens)
+                                    budget=budget, count_tokens=self.count_tokens,
+                                    evidence=lambda h: contexts.source_turns(self.conn, h),
+                                    evidence_for=self.settings.context_evidence if layer == "both" else 0)
 
     def count_tokens(self, line: str) -> int:
         """Tokens of line with the extraction model's tokenizer (an estimate if unavailable)."""

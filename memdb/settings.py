@@ -89,6 +89,9 @@ class Settings:
     # relevance they win the slot (LoCoMo dev: same MRR with ~40% fewer tokens at 1.5).
     atom_weight: float = 1.5
     skipped_turn_weight: float = 0.5  # turns the extraction pre-filter found nothing durable in
+    # context(): the first this many atoms bring the turn they came from when it says more
+    # (a note is a summary; the blind QA check, bench/qa_*.py, found readers missing the rest).
+    context_evidence: int = 4
     # Large users (index/copies.py): in a file with one user, bm25 scores at most this many
     # postings of the rarest query terms (0: all terms; bench/results/scale_postings.json has
     # the cost and recall of each budget at 100k atoms); term counts are kept until the table
@@ -104,7 +107,7 @@ class Settings:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
         for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
-        for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min"):
+        for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",
                      "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",

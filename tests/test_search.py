@@ -139,6 +139,13 @@ def test_context_groups_atoms_from_the_same_turn(mem, alice):
     assert "backend database is PostgreSQL" in block and "backend language is Go" in block
 
 
+def test_context_brings_the_turn_behind_a_note_when_it_says_more(mem, alice):
+    block = mem.context("what database do we use?", user="alice", budget=200, k=1)
+    assert ["2026-10-01 · fact · backend database is PostgreSQL",
+            "2026-10-01 · user: We use PostgreSQL for everything, and Go on the backend."] == block.splitlines()[:2]
+    assert "backend language is Go" not in block  # the turn shown whole already says it
+
+
 def test_context_shows_conflicting_atoms_together(mem, alice):
     turns, atoms = alice
     (tid,) = mem.add([{"content": "Actually we use MySQL", "ts": "2026-10-01T10:00:00"}], user="alice")

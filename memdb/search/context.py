@@ -1,5 +1,7 @@
-"""The prompt-ready block: hits as dated lines under a token budget, each atom followed by its
-conflicting partners and the atoms that share its source turns."""
+"""The prompt-ready block: hits as dated lines under a token budget. The first atoms bring the
+turn they came from when it says more than the note (a note is a summary: "Caroline's grandma
+gave her a necklace" drops "in Sweden"); every atom brings its conflicting partners and, while the
+budget allows, the atoms that share its source turns."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from collections.abc import Callable
 
 import apsw
 
-from .. import codec
+from .. import codec, text
 from ..db import rows
 from ..db.rows import Hit
 
@@ -27,18 +29,29 @@ def context(
     *,
     budget: int,
     count_tokens: Callable[[str], int],
+    evidence: Callable[[Hit], list[Hit]] = lambda hit: [],
+    evidence_for: int = 0,
 ) -> str:
     """The best hits as prompt-ready lines under budget tokens, most useful first.
 
-    After each atom come its conflicting partners and, while the budget allows, closely
-    related atoms (a shared source turn), so "likes sci-fi" arrives together with
-    "watched Interstellar twice".
+    The first evidence_for atoms are followed by their source turns (evidence) when a turn
+    holds words the note left out. After each atom come its conflicting partners and, while
+    the budget allows, closely related atoms (a shared source turn), so "likes sci-fi" arrives
+    together with "watched Interstellar twice".
     """
     lines: list[str] = []
     used = 0
     shown: set[tuple[str, int]] = set()
+    atoms_seen = 0
     for hit in hits:
-        group = [hit] + (related(hit) if hit.layer == "atom" else [])
+        group = [hit]
+        if hit.layer == "atom":
+            atoms_seen += 1
+            if atoms_seen <= evidence_for:
+                group += [t for t in evidence(hit) if _says_more(t, hit)]
+            told = {t.id for t in group if t.layer == "turn"}
+            # Atoms of a turn shown whole would only repeat it.
+            group += [a for a in related(hit) if not (told and set(a.turn_ids) <= told)]
         for member in group:
             key = (member.layer, member.id)
             if key in shown:
@@ -53,6 +66,21 @@ def context(
             lines.append(line)
             used += cost
     return "\n".join(lines)
+
+
+def _says_more(turn: Hit, atom: Hit) -> bool:
+    # At least three content words of the turn that the note does not have.
+    return len(set(text.terms(turn.text)) - set(text.terms(atom.text))) >= 3
+
+
+def source_turns(conn: apsw.Connection, hit: Hit) -> list[Hit]:
+    """The turns an atom hit was taken from, as turn hits."""
+    if hit.layer != "atom" or not hit.turn_ids:
+        return []
+    marks = ",".join("?" * len(hit.turn_ids))
+    found = conn.execute(f'select {rows.TURN_HIT.format(score="0.0")} from "turns" t where t."id" in ({marks}) '
+                         'order by t."id"', hit.turn_ids).fetchall()
+    return [rows.hit(row) for row in found]
 
 
 def related_atoms(conn: apsw.Connection, hit: Hit, *, limit: int = 3) -> list[Hit]:
