@@ -122,6 +122,8 @@ def _as_record(clause: str, speaker: str, names: set[str], zh: bool, content: st
     said = re.sub(r"^(?:i'll|we'll)\b", "will", said, flags=re.I)
     said = re.sub(r"^(?:i'd|we'd)\b", "would", said, flags=re.I)
     said = re.sub(r"^(?:i|we)\b\s*", "", said, flags=re.I)
+    if said != clause and re.match(r"(?:i|we)\s", clause, re.I):
+        said = _third_person(said)
     if said != clause:
         return {"subject": speaker, "object": said}
     for name in others:
@@ -134,6 +136,28 @@ def _as_record(clause: str, speaker: str, names: set[str], zh: bool, content: st
     if not (named or timeparse.find(clause, "2000-01-01")):
         return None  # a remark with no name, number or time in it: small talk far more often than a fact
     return {"subject": speaker, "predicate": "says", "object": clause}
+
+
+_NOT_PRESENT = re.compile(r"(?:\w+ed|can|could|will|would|should|must|might|may|am|was|were|had|did|got|went|"
+                          r"made|took|saw|met|ran|won|lost|found|gave|told|came|left|bought|thought|felt)$", re.I)
+_ADVERB = re.compile(r"(?:just|also|really|still|always|never|often|usually|sometimes|totally|basically|"
+                     r"already|finally|recently|even|mostly|actually)$", re.I)
+
+
+def _third_person(said: str) -> str:
+    """"love sci-fi" said by "I" → "loves sci-fi" said of Bob: the verb agrees with the name."""
+    verb, _, rest = said.partition(" ")
+    if _ADVERB.match(verb) and rest:
+        return f"{verb} {_third_person(rest)}"
+    if not verb.isalpha() or _NOT_PRESENT.match(verb) or verb.lower() in ("have", "do", "go"):
+        return {"have": "has", "do": "does", "go": "goes"}.get(verb.lower(), verb) + (" " + rest if rest else "")
+    if re.search(r"(?:s|sh|ch|x|z|o)$", verb):
+        verb += "es"
+    elif re.search(r"[^aeiou]y$", verb):
+        verb = verb[:-1] + "ies"
+    else:
+        verb += "s"
+    return verb + (" " + rest if rest else "")
 
 
 def _last_named(clause: str, others: list[str]) -> str | None:
