@@ -367,6 +367,16 @@ def _day_of_month(m: re.Match, ref: date) -> str | None:
     return _valid_day(year, month, day)
 
 
+@_rule(r"国庆|十一长假|(?:this |next |last )?(?:christmas|xmas)|圣诞")
+def _holiday(m: re.Match, ref: date) -> str | None:
+    # Fixed-date holidays: National Day (October) and Christmas, the coming one when the
+    # sentence speaks of the future, else this year's.
+    word = m.group().lower()
+    if "国庆" in word or "十一" in word:
+        return _month_only(10, None, ref)
+    return _month_day_year(12, 25, None, ref)
+
+
 def _scan(text: str, ref: date) -> list[tuple[int, int, str]]:
     """(start, end, resolved value) of every time phrase in text: earliest first, at one start
     the longest, never overlapping."""

@@ -669,3 +669,14 @@ def test_a_person_named_mid_sentence_is_the_subject_of_what_the_turn_says_of_the
                   speaker="Marcus", ts="2026-07-02T10:00:00")
     candidates, _ = extract.extract([source], FakeLLM(reply("Marcus | runs | vLLM")))
     assert ("Priya", "2026-09") in [(c.record["subject"], c.record.get("date")) for c in candidates]
+
+
+def test_a_chinese_she_after_a_named_person_is_that_person():
+    source = turn(1, "晚上一般不喝了，要陪朵朵。她是我女儿，今年6岁，这学期刚上一年级。", speaker="陈静", ts="2026-09-02T20:00:00")
+    candidates, _ = extract.extract([source], FakeLLM(reply()))
+    assert ("朵朵", "朵朵是陈静女儿，6岁，这学期刚上一年级") in [  # "今年" is the note's time, not its text
+        (c.record["subject"], codec.canonical_text(c.record)) for c in candidates]
+
+
+def test_national_day_is_october_of_the_year_the_sentence_means():
+    assert ("2026-10", "2026-10") == (timeparse.resolve("国庆", "2026-09-20", True), timeparse.resolve("国庆", "2026-10-20", False))

@@ -38,6 +38,8 @@ _NOT_NAMES = frozenset("""The This That These Those It Its There Here What When 
     Tomorrow Last Next Every Some Any All Both Each Most Many Much More Not No Yes Got Had Have Has
     Been Being Was Were Is Are Am Do Does Did Can Could Would Should Will Going Gonna Wanna Looking
     Thinking Hope Hoping Feel Feeling Taking Making Getting Working Having Being Trying""".split())
+# "陪朵朵", "带老王", "叫年糕": two characters after a verb that takes a person (or pet) are a name.
+_ZH_PERSON = re.compile(r"(?:陪|带着?|叫|跟|和|给)([\u4e00-\u9fff]{2})(?=[，,。！？\s]|$)")
 _PRONOUN = re.compile(r"\b(?:she|he|her|him|his)\b|[她他]", re.I)
 MAX_CLAUSE_CHARS = {"en": 140, "zh": 48}
 
@@ -47,14 +49,18 @@ def notes(content: str, speaker: str, names: set[str], covered: set[str], ts: st
     (covered: the content terms of the model's notes)."""
     zh = text.has_cjk(content)
     found = []
+    person = None  # in Chinese, the last person a clause named: who a following "她" is
     for clause in _clauses(content, zh):
+        if zh and person and re.match(r"[她他](?!们)", clause):
+            clause = person + clause[1:]
+        person = (_ZH_PERSON.findall(clause) or [person])[-1] if zh else None
         if sentence_kind(clause, names) != "content" or not _states_something(clause, zh, ts):
             continue
         terms = set(text.terms(clause))
         keys = {t for t in terms if re.search(r"[a-z0-9]", t)} if zh else set()
         if terms and len(terms & covered) >= len(terms) / 2 and keys <= covered:
             continue  # the model already said it (in Chinese, its names and numbers too)
-        record = _as_record(clause, speaker, names, zh, content)
+        record = _as_record(clause, speaker, names | ({person} if person else set()), zh, content)
         if record:
             found.append(record)
             covered |= terms
@@ -138,7 +144,7 @@ def _as_record(clause: str, speaker: str, names: set[str], zh: bool, content: st
     return {"subject": speaker, "predicate": "says", "object": clause}
 
 
-_NOT_PRESENT = re.compile(r"(?:\w+ed|can|could|will|would|should|must|might|may|am|was|were|had|did|got|went|"
+_NOT_PRESENT = re.compile(r"(?:\w+ed|can|could|will|would|should|must|might|may|am|is|has|does|was|were|had|did|got|went|"
                           r"made|took|saw|met|ran|won|lost|found|gave|told|came|left|bought|thought|felt)$", re.I)
 _ADVERB = re.compile(r"(?:just|also|really|still|always|never|often|usually|sometimes|totally|basically|"
                      r"already|finally|recently|even|mostly|actually)$", re.I)

@@ -146,7 +146,8 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
         value = record.get(part, "")
         for phrase, _ in timeparse.find(value, turn.ts):
             if len(value) > len(phrase) + 2:
-                value = record[part] = " ".join(value.replace(phrase, " ").split()).strip(" ,，")
+                gap = "" if text.has_cjk(phrase) else " "  # no spaces inside Chinese
+                value = record[part] = " ".join(value.replace(phrase, gap).split()).strip(" ,，")
                 if phrase.lower() in turn.content.lower():
                     said.append(phrase)
     # "told us today she's leaving in September": the day of telling is not the event's
