@@ -128,7 +128,7 @@ def _as_record(clause: str, speaker: str, names: set[str], zh: bool, content: st
     said = re.sub(r"^(?:i'll|we'll)\b", "will", said, flags=re.I)
     said = re.sub(r"^(?:i'd|we'd)\b", "would", said, flags=re.I)
     said = re.sub(r"^(?:i|we)\b\s*", "", said, flags=re.I)
-    if said != clause and re.match(r"(?:i|we)\s", clause, re.I):
+    if said != clause and re.match(r"i\s", clause, re.I):  # "we all have" stays plural
         said = _third_person(said)
     if said != clause:
         return {"subject": speaker, "object": said}
