@@ -48,7 +48,7 @@ def notes(content: str, speaker: str, names: set[str], covered: set[str], ts: st
     """Records ({"subject", "object"}) for the statements of content that no held note covers
     (covered: the content terms of the model's notes)."""
     zh = text.has_cjk(content)
-    found = []
+    found, covered = [], set(covered)
     person = None  # in Chinese, the last person a clause named: who a following "她" is
     for clause in _clauses(content, zh):
         if zh and person and re.match(r"[她他](?!们)", clause):
@@ -109,14 +109,20 @@ def _states_something(clause: str, zh: bool, ts: str) -> bool:
 def _as_record(clause: str, speaker: str, names: set[str], zh: bool, content: str = "") -> dict | None:
     """The clause as a note about its subject: the speaker unless it names someone else first."""
     others = [n for n in names if n and n != speaker]
-    if zh:
-        named = _last_named(clause, others)
-        clause = re.sub(r"[她他](?=是|今年|这学期|天天|最近|突然|叫)", named or "\\g<0>", clause) if named else clause
-        clause = clause.replace("我们", speaker).replace("我", speaker)
-        for name in [speaker, *others]:
-            if clause.startswith(name):
-                return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
-        return {"subject": speaker, "object": clause}
+    return _zh_record(clause, speaker, others) if zh else _en_record(clause, speaker, names, others, content)
+
+
+def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
+    named = _last_named(clause, others)
+    clause = re.sub(r"[她他](?=是|今年|这学期|天天|最近|突然|叫)", named or "\\g<0>", clause) if named else clause
+    clause = clause.replace("我们", speaker).replace("我", speaker)
+    for name in [speaker, *others]:
+        if clause.startswith(name):
+            return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
+    return {"subject": speaker, "object": clause}
+
+
+def _en_record(clause: str, speaker: str, names: set[str], others: list[str], content: str) -> dict | None:
     first = re.match(r"([A-Z][a-z]+)\s+(?!is\b|was\b)([a-z].*)", clause)
     if first and first.group(1) not in _NOT_NAMES and re.search(rf"[a-z,]\s+{first.group(1)}\b", content):
         # "Oh, and Priya told us she's leaving …": a name, capitalised mid-sentence, about Priya
@@ -139,7 +145,7 @@ def _as_record(clause: str, speaker: str, names: set[str], zh: bool, content: st
         return {"subject": f"{speaker}'s " + clause.split(" ", 2)[1], "object": clause.split(" ", 2)[2]} \
             if clause.count(" ") >= 2 else None
     named = [m for m in _ENTITY.findall(clause) if m not in names and not any(m in n for n in names)]
-    if not (named or timeparse.find(clause, "2000-01-01")):
+    if not (named or timeparse.find(clause, "2000-01-01")):  # any reference day: only whether a time is named
         return None  # a remark with no name, number or time in it: small talk far more often than a fact
     return {"subject": speaker, "predicate": "says", "object": clause}
 
