@@ -680,3 +680,10 @@ def test_a_chinese_she_after_a_named_person_is_that_person():
 
 def test_national_day_is_october_of_the_year_the_sentence_means():
     assert ("2026-10", "2026-10") == (timeparse.resolve("国庆", "2026-09-20", True), timeparse.resolve("国庆", "2026-10-20", False))
+
+
+def test_a_note_from_the_turn_has_a_verb_and_an_object_for_the_lifecycle_to_compare():
+    source = turn(1, "Big news: I'm moving to Denver in August!", speaker="Marcus", ts="2026-06-25T10:00:00")
+    (note,) = extract.extract([source], FakeLLM(reply()))[0]
+    assert ("Marcus", "is moving to", "Denver", "2026-08") == (
+        note.record["subject"], note.record["predicate"], note.record["object"], note.record.get("date"))

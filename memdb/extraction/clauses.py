@@ -137,7 +137,7 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     if said != clause and re.match(r"i\s", clause, re.I):  # "we all have" stays plural
         said = _third_person(said)
     if said != clause:
-        return {"subject": speaker, "object": said}
+        return {"subject": speaker, **_verb_and_rest(said)}
     for name in others:
         if clause.startswith(name + " "):
             return {"subject": name, "object": clause[len(name) + 1:]}
@@ -148,6 +148,19 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     if not (named or timeparse.find(clause, "2000-01-01")):  # any reference day: only whether a time is named
         return None  # a remark with no name, number or time in it: small talk far more often than a fact
     return {"subject": speaker, "predicate": "says", "object": clause}
+
+
+_VERB_GROUP = re.compile(
+    r"^((?:(?:is|are|was|were|has|have|had|will|would|can|does|did|just|also|really|still|never|always|"
+    r"finally|recently|not|no longer|been|being|going to|about to)\s+)*(?!(?:a|an|the|my|some|this|that)\b)[a-z'-]+"
+    r"(?:\s+(?:to|in|at|on|of|for|with|from|into|about|up|out|off|by|as))?)\s+(.+)$", re.I)
+
+
+def _verb_and_rest(said: str) -> dict:
+    """"is moving to Denver in August" → predicate "is moving to", object "Denver in August":
+    the slot the lifecycle compares (a new city replaces the old, a repeat merges)."""
+    m = _VERB_GROUP.match(said)
+    return {"predicate": m.group(1), "object": m.group(2)} if m else {"object": said}
 
 
 _NOT_PRESENT = re.compile(r"(?:\w+ed|can|could|will|would|should|must|might|may|am|is|has|does|was|were|had|did|got|went|"
