@@ -31,6 +31,7 @@ from .lifecycle.absorb import absorb
 from .search import context as contexts
 from .search.fusion import LAYERS, search as fused_search
 from .settings import FUSIONS, Settings
+from .vecmath import unit
 
 log = logging.getLogger("memdb")
 EXTRACT_MODES = ("now", "defer")
@@ -316,7 +317,7 @@ class Memory:
         if found is None:
             return None
         vector = found[0] + self.settings.session_weight * found[1:].sum(axis=0) / max(1, len(texts) - 1)
-        return (vector / (np.linalg.norm(vector) or 1.0)).astype(np.float32)
+        return unit(vector)
 
     @_file_errors
     def context(self, query: str, *, user: str, budget: int = 400, k: int = 20,

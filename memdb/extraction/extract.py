@@ -178,7 +178,7 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
     if why:
         return None, why
     record = gate.repair_persons(record, speaker, listener, zh)
-    why = gate.judge(record, sentence, names | {speaker}, listener)
+    why = gate.judge(record, sentence, names | {speaker})
     if why:
         return None, why
     record = normalize.attach_time(record, when, turn, sentence)

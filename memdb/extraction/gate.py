@@ -99,9 +99,9 @@ def addressed(record: dict, listener: str | None) -> bool:
     return listener is None and SECOND_PERSON.search(said) is not None
 
 
-def judge(record: dict, sentence: str, names: set[str], listener: str | None = None) -> str | None:
+def judge(record: dict, sentence: str, names: set[str]) -> str | None:
     """Why record is not worth keeping, or None when it is. sentence: the turn's sentence it
-    came from (normalize.best_sentence); listener: who "you" was, when known."""
+    came from (normalize.best_sentence)."""
     subject = (record.get("subject") or "").strip()
     said = " ".join(record.get(f, "") for f in ("predicate", "object"))
     if re.search(r"[\[\]{}`]", said):
