@@ -168,8 +168,8 @@ def _month_only(month: int, year: int | None, ref: date) -> str:
             year = ref.year if month >= ref.month else ref.year + 1
         elif future is False:
             year = ref.year if month <= ref.month else ref.year - 1
-        else:
-            year = ref.year if month <= ref.month + 1 else ref.year - 1
+        else:  # a season ahead is a plan talked of in the present ("we get the keys mid-August")
+            year = ref.year if month <= ref.month + 3 else ref.year - 1
     return _month(year, month)
 
 
@@ -287,11 +287,31 @@ def _zh_units(m: re.Match, ref: date) -> str | None:
 @_rule(rf"\b(last|next|this|coming|past|on)\s+({_WD})\b\.?")
 def _rel_weekday(m: re.Match, ref: date) -> str | None:
     which, weekday = m.group(1).lower(), _WEEKDAYS[m.group(2).lower()]
+    if which == "on" and getattr(ref, "future", None):
+        return _day(_next_weekday(ref, weekday))  # "the party is on Friday, can't wait"
     if which in ("last", "past", "on"):
         return _day(_past_weekday(ref, weekday))
     if which in ("next", "coming"):
         return _day(_next_weekday(ref, weekday))
     return _day(_week_weekday(ref, weekday, 0))  # "this Friday": in the current week
+
+
+@_rule(rf"\b({_WD})\s+(next|this|last)\s+week\b")
+def _weekday_of_week(m: re.Match, ref: date) -> str | None:
+    # "Thursday next week": the Thursday of the next calendar week, not a week from today.
+    weeks = {"last": -1, "this": 0, "next": 1}[m.group(2).lower()]
+    return _day(_week_weekday(ref, _WEEKDAYS[m.group(1).lower()], weeks))
+
+
+@_rule(r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b(?!s)")  # not "sat", "sun", "wed"
+def _bare_weekday(m: re.Match, ref: date) -> str | None:
+    # "a long run Sunday": the last one in a sentence about the past, the next one in a plan;
+    # a sentence that does not say gives no date.
+    future = getattr(ref, "future", None)
+    if future is None:
+        return None
+    weekday = _WEEKDAYS[m.group(1).lower()]
+    return _day(_next_weekday(ref, weekday) if future else _past_weekday(ref, weekday))
 
 
 @_rule(r"(上上|上|下下|下|这|本|这个|上个|下个)\s*(?:周|星期|礼拜)([一二三四五六日天末])")
@@ -357,7 +377,10 @@ def _in_month(m: re.Match, ref: date) -> str | None:
     return _month_only(_MONTHS[m.group(1).lower()], None, ref)
 
 
-@_rule(r"\b(?:on )?the (\d{1,2})(?:st|nd|rd|th)\b")
+_DAY_OF_MONTH = re.compile(r"(?:on )?the (\d{1,2})(?:st|nd|rd|th)", re.I)
+
+
+@_rule(_DAY_OF_MONTH.pattern.join((r"\b", r"\b")))
 def _day_of_month(m: re.Match, ref: date) -> str | None:
     # "the 14th": this month's, or next month's when the sentence speaks of the future and
     # the day has passed.
@@ -391,6 +414,11 @@ def _scan(text: str, ref: date) -> list[tuple[int, int, str]]:
     for hit in hits:
         if not kept or hit[0] >= kept[-1][1]:
             kept.append(hit)
+    for i in range(1, len(kept)):
+        start, end, value = kept[i]
+        day = _DAY_OF_MONTH.fullmatch(text[start:end].strip())
+        if day and len(kept[i - 1][2]) == 7:  # "mid-August, … on the 14th": the month just named
+            kept[i] = (start, end, _valid_day(*map(int, kept[i - 1][2].split("-")), int(day.group(1))) or value)
     return kept
 
 

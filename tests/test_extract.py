@@ -687,3 +687,35 @@ def test_a_note_from_the_turn_has_a_verb_and_an_object_for_the_lifecycle_to_comp
     (note,) = extract.extract([source], FakeLLM(reply()))[0]
     assert ("Marcus", "is moving to", "Denver", "2026-08") == (
         note.record["subject"], note.record["predicate"], note.record["object"], note.record.get("date"))
+
+
+@pytest.mark.parametrize("phrase, ts, future, expected", [
+    ("the offsite is Thursday next week", "2026-05-27T10:00:00", True, "2026-06-04"),  # not a week from today
+    ("I tweaked my knee on a long run Sunday", "2026-06-10T10:00:00", False, "2026-06-07"),
+    ("the party is on Friday", "2026-06-10T10:00:00", True, "2026-06-12"),
+    ("mid-August, we get the keys on the 14th", "2026-06-25T10:00:00", None, "2026-08-14"),
+    ("we get the keys in August", "2026-06-25T10:00:00", None, "2026-08"),
+    ("Sunday", "2026-06-10T10:00:00", None, None),  # a bare weekday in a sentence that does not say when
+    ("we sat in the sun", "2026-06-10T10:00:00", False, None),  # "sat" and "sun" are words here
+])
+def test_weekdays_and_days_of_the_month_are_read_in_their_sentence(phrase, ts, future, expected):
+    found = timeparse.find(phrase, ts, future)
+    assert expected == (found[-1][1] if found else None)
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("Right now I'm setting up a small RAG thing for the claims team.",
+     "Marcus is setting up a small RAG thing for the claims team right now"),
+    ("For deployment we're wrapping it in a FastAPI service.", "Marcus is wrapping it in a FastAPI service for deployment"),
+    ("Been training since March.", "Marcus has been training since March"),
+    ("Thought about just throwing them at GPT.", "Marcus thought about just throwing them at GPT"),
+])
+def test_a_note_from_chat_puts_the_speaker_first_and_spells_out_contractions(content, expected):
+    source = turn(1, content, speaker="Marcus", ts="2026-06-10T10:00:00")
+    assert [expected] == texts(extract.extract([source], FakeLLM(reply()))[0])
+
+
+def test_a_note_whose_object_only_repeats_its_subject_is_dropped():
+    source = turn(1, "It's on the 21st next month, my first one ever.", speaker="Marcus", ts="2026-05-27T10:00:00")
+    candidates, outcomes = model_only([source], FakeLLM(reply("my first one ever | | my first one ever")))
+    assert ([], {"repeats its subject": 1}) == (texts(candidates), outcomes[1].dropped)

@@ -129,6 +129,7 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
         return {"subject": first.group(1), "object": first.group(2)}
     if FIRST_PERSON_WORDS.search(clause) is None and not any(n in clause for n in others) and _PRONOUN.search(clause):
         return None  # about someone only a pronoun names
+    clause = _subject_first(clause)
     said = re.sub(r"^(?:i'm|i am|we're|we are)\b", "is", clause, flags=re.I)
     said = re.sub(r"^(?:i've|i have|we've|we have)\b", "has", said, flags=re.I)
     said = re.sub(r"^(?:i'll|we'll)\b", "will", said, flags=re.I)
@@ -148,6 +149,27 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     if not (named or timeparse.find(clause, "2000-01-01")):  # any reference day: only whether a time is named
         return None  # a remark with no name, number or time in it: small talk far more often than a fact
     return {"subject": speaker, "predicate": "says", "object": clause}
+
+
+# "Right now I'm setting up …": a time or place before the speaker, moved behind the statement.
+_LEAD = re.compile(r"^((?:right now|for now|these days|this (?:week|month|year)|last (?:week|month|year)|today|now|"
+                   r"currently|lately|recently|at (?:work|home)|for (?:deployment|work|now)|since \w+)\s*,?\s+)"
+                   r"(?=(?:i|we)\b)", re.I)
+# "Been training since March", "Thought about …": the speaker left out, as people do in chat.
+_ELIDED = re.compile(r"^(been|thought|got|went|had|started|finished|spent|took|made|tried|found|bought|signed)\b\s*",
+                     re.I)
+
+
+def _subject_first(clause: str) -> str:
+    """The clause with the speaker's "I" first, where chat put something else first or left it out."""
+    lead = _LEAD.match(clause)
+    if lead:
+        return f"{clause[lead.end():]} {lead.group(1).strip(' ,').lower()}"
+    elided = _ELIDED.match(clause)
+    if elided and clause[0].isupper():
+        verb = elided.group(1).lower()
+        return f"I {'have been' if verb == 'been' else verb} {clause[elided.end():]}".strip()
+    return clause
 
 
 _VERB_GROUP = re.compile(

@@ -80,7 +80,9 @@ def _named(value: str, speaker: str, listener: str | None, zh: bool) -> str:
             value = value.replace("你们", listener).replace("你", listener)
         return value.strip()
     owner = f"{speaker}'s"
-    rules = [(r"\b(?:my|our)\b", owner), (r"\b(?:mine|ours)\b", owner), (r"\b(?:myself|ourselves)\b", speaker),
+    rules = [(r"\b(?:i|we)['’](?:m|re)\b", f"{speaker} is"), (r"\b(?:i|we)['’]ve\b", f"{speaker} has"),
+             (r"\b(?:i|we)['’]ll\b", f"{speaker} will"), (r"\b(?:i|we)['’]d\b", f"{speaker} would"),
+             (r"\b(?:my|our)\b", owner), (r"\b(?:mine|ours)\b", owner), (r"\b(?:myself|ourselves)\b", speaker),
              (r"\b(?:i|me|we|us)\b", speaker)]
     if listener:
         rules += [(r"\byour\b", f"{listener}'s"), (r"\b(?:yourself|yours)\b", listener), (r"\byou\b", listener)]
@@ -88,7 +90,6 @@ def _named(value: str, speaker: str, listener: str | None, zh: bool) -> str:
         rules += [(r"\b(?:your|yours|yourself|you)\s*", "")]
     for pattern, name in rules:
         value = re.sub(pattern, name, value, flags=re.I)
-    value = re.sub(r"\b(?:i'm|i've|i'd|i'll)\b", speaker, value, flags=re.I)
     return " ".join(value.split())
 
 
@@ -112,6 +113,8 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "addressed to the listener"
     if FIRST_PERSON_WORDS.search(said):
         return "first person"
+    if record.get("object") and record["object"].lower() in subject.lower():
+        return "repeats its subject"
     last = (record.get("object") or record.get("predicate") or "").lower().split()
     if last and last[-1] in _DANGLING_END:
         return "cut off"
