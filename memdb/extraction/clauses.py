@@ -156,7 +156,8 @@ _LEAD = re.compile(r"^((?:right now|for now|these days|this (?:week|month|year)|
                    r"currently|lately|recently|at (?:work|home)|for (?:deployment|work|now)|since \w+)\s*,?\s+)"
                    r"(?=(?:i|we)\b)", re.I)
 # "Been training since March", "Thought about …": the speaker left out, as people do in chat.
-_ELIDED = re.compile(r"^(been|thought|got|went|had|started|finished|spent|took|made|tried|found|bought|signed)\b\s*",
+_ELIDED = re.compile(r"^(been|thought|got|went|had|started|finished|spent|took|made|tried|found|bought|signed|lost|won|"
+                     r"quit|left|met|saw|joined|moved|visited|adopted|decided|learned|loved)\b\s*",
                      re.I)
 
 
