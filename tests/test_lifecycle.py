@@ -170,6 +170,28 @@ def test_a_cancellation_in_chinese_supersedes_the_trip(mini):
     assert ("superseded", off[1]) == (mini.get(trip[1]).status, mini.get(trip[1]).superseded_by)
 
 
+@pytest.mark.parametrize("habit, given_up", [
+    (fact("是", "重度咖啡党，每天至少三杯美式", subject="陈静"), fact("说", "医生让陈静把咖啡戒了", subject="陈静")),
+    (fact("drinks", "coffee every morning"), fact("quit", "coffee last month", kind="event")),
+])
+def test_giving_up_a_habit_supersedes_it(mini, habit, given_up):
+    old = tell(mini, habit, "2026-09-02T09:00:00")
+    new = tell(mini, given_up, "2026-10-08T09:00:00")
+    assert ("superseded", new[1]) == (mini.get(old[1]).status, mini.get(old[1]).superseded_by)
+
+
+def test_stopping_by_a_place_gives_up_nothing(mini):
+    liked = tell(mini, pref("the corner bakery"), "2026-09-02T09:00:00")
+    tell(mini, fact("stopped by", "the corner bakery", kind="event"), "2026-10-08T09:00:00")
+    assert "active" == mini.get(liked[1]).status
+
+
+def test_a_wish_called_off_supersedes_the_wish(mini):
+    wish = tell(mini, pref("to go to the Hangzhou conference", "hopes", subject="Alice"), "2026-09-02T09:00:00")
+    off = tell(mini, fact("says", "the Hangzhou conference is off"), "2026-10-08T09:00:00")
+    assert ("superseded", off[1]) == (mini.get(wish[1]).status, mini.get(wish[1]).superseded_by)
+
+
 def test_moving_city_supersedes_the_old_location(mini):
     berlin = tell(mini, fact("lives in", "Berlin"), "2025-06-01T09:00:00")
     hangzhou = tell(mini, fact("moved to", "Hangzhou", kind="event"), "2026-02-01T09:00:00")

@@ -46,6 +46,12 @@ _NEGATION = re.compile(
 _CANCELLED = re.compile(
     r"\b(?:cancel\w*|called off|(?:is|are|it's) off|postpon\w*|not going|won't (?:go|make it)|scrapp\w*|"
     r"fell through)\b|取消|不去了|去不了|泡汤|黄了|推迟|延期|改期", re.I)
+# A habit given up: "让我把咖啡戒了", "quit coffee", "no more tea" replaces the habit it names.
+_QUIT = re.compile(
+    r"\b(?:quit|gave up|giving up|stopped|no more|no longer (?:drinks?|eats?|uses?))\s+(?:drinking |eating |using )?"
+    r"([^\W\d_][\w-]*)|把(\w{1,4}?)戒(?:掉)?了|戒(?:掉|了)(\w{1,2})|不再(?:喝|吃|用)(\w{1,2})", re.I)
+# A wish or intention is a plan too, when the small model files it as a preference or fact.
+_PLANNED = re.compile(r"\b(?:plan\w*|want\w* to|going to|will|hop\w* to)\b|希望|打算|计划|准备|要去", re.I)
 _WORD = re.compile(r"[^\W\d_]+(?:'[a-z]+)?|\d+", re.I)
 _FAVOURITE = re.compile(r"(?:\bfavou?rite|最喜欢的)\s*([^\W\d_].*)", re.I)
 _COPULAS = frozenset({"is", "am", "are", "was", "were", "be", "是", "为"})
@@ -57,7 +63,7 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     similarity is the vector cosine of the two canonical lines (or their keyword overlap in
     keyword-only mode); the fields decide what a high similarity may mean.
     """
-    if _cancels(new, old, settings):
+    if _cancels(new, old, settings) or _quits(new, old):
         return "conflict"
     if not _same_topic(new, old):
         return "distinct"
@@ -80,11 +86,28 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
 def _cancels(new: dict, old: dict, settings: Settings) -> bool:
     """Whether new calls off the plan old is: same subject, old an event, new saying it is off
     and naming what old named."""
-    if old["kind"] != "event" or _norm(new.get("subject")) != _norm(old.get("subject")):
+    planned = old["kind"] == "event" or old["kind"] != "constraint" and _PLANNED.search(codec.canonical_text(old))
+    if not planned or _norm(new.get("subject")) != _norm(old.get("subject")):
         return False
     if not _CANCELLED.search(codec.canonical_text(new)) or _CANCELLED.search(codec.canonical_text(old)):
         return False
     return value_overlap(new, old) >= settings.cancel_overlap
+
+
+def _quits(new: dict, old: dict) -> bool:
+    """Whether new gives up the habit or liking old states: same subject, and what new quits
+    is named in old."""
+    if old["kind"] not in ("fact", "preference") or _norm(new.get("subject")) != _norm(old.get("subject")):
+        return False
+    old_line = codec.canonical_text(old)
+    if _QUIT.search(old_line):
+        return False
+    old_terms = {text.stem(t) for t in text.terms(old_line)}
+    for m in _QUIT.finditer(codec.canonical_text(new)):
+        quit_terms = {text.stem(t) for t in text.terms(next(g for g in m.groups() if g))}
+        if quit_terms and quit_terms <= old_terms:
+            return True
+    return False
 
 
 def _same_topic(new: dict, old: dict) -> bool:
