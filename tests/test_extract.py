@@ -606,6 +606,10 @@ def test_first_and_second_person_become_the_names_they_stand_for():
     ("The talk was so powerful and really meaningful to me.", "Melanie | felt | so powerful and meaningful", "no concrete fact"),
     ("This necklace is super special to me, a gift from my grandma.", "Melanie | says | this necklace is special to", "cut off"),
     ("My kids are great and I love them so much.", "she | loves | them", "pronoun subject"),
+    ("I'm determined to make it work, whatever happens.", "Melanie | is determined to | make it work", "no concrete fact"),
+    ("We all have unique paths in life.", "Melanie | all have | unique paths", "no concrete fact"),
+    ("Look at this! My book shelf, with many books on it.", "Melanie's book shelf with many books on it | shares | a photo",
+     "a shared photo"),
 ])
 def test_the_gate_drops_what_no_note_taker_keeps(content, atom, why):
     history = [turn(1, "Hi Mel!", speaker="Caroline")]

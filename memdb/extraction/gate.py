@@ -28,6 +28,11 @@ _EVALUATIVE = frozenset("""amazing awesome great good nice cool lovely wonderful
     times journey chance hope hopes wish wishes agree agrees glad sure true real cheers congrats
     congratulations wow yeah yes okay ok thing things stuff something anything everything way meaningful
     emotional fulfilling touching overwhelming insane scary crazy wild thought-provoking""".split())
+# Words that point or generalise without naming anything: "will never forget it", "make it
+# work", "all have unique paths". With only these (and praise) left, a line names nothing.
+_VAGUE = frozenset("""it this that them others other all everyone everything determined sure alive blessed
+    forget pass paths path unique different difference huge happiness vision happen happens make made work
+    find see inspire inspires loads throughout agree 100""".split())
 _ZH_EVALUATIVE = ("太好了", "真好", "不错", "厉害", "开心", "高兴", "谢谢", "感谢", "加油", "辛苦", "哈哈", "棒",
                   "好的", "好吧", "不对", "没问题", "可以", "谢", "嗯", "哦", "啊", "呀", "吧", "呢")
 _PRONOUN_SUBJECTS = frozenset("""he she it they him her them his hers its their this that these those someone
@@ -126,7 +131,8 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "no concrete fact"
     if _OPINION.search(said) and not FIRST_PERSON_WORDS.search(sentence):
         return "an opinion"
-    if re.match(r"(?:shares?|shared) (?:a |an )?(?:photo|pic|picture|photography)", said, re.I):
+    if re.search(r"^(?:shares?|shared) (?:a |an )?(?:photo|pic|picture|photography)|\bshares? a photo$"
+                 r"|\bhere(?:'s| is) (?:a |the )?(?:photo|pic|picture)", said, re.I):
         return "a shared photo"  # the caption of a picture: what it shows is said in the turns around it
     return None
 
@@ -143,4 +149,4 @@ def _concrete(said: str, names: set[str]) -> bool:
         return content >= 2 or re.search(r"[A-Za-z0-9]{2,}", rest) is not None
     name_words = {w.lower() for n in names for w in text.WORD.findall(n)}
     terms = [w for w in text.terms(said) if w not in name_words and w not in PHATIC_WORDS]
-    return any(w not in _EVALUATIVE and text.stem(w) not in _EVALUATIVE for w in terms)
+    return any(w not in _EVALUATIVE and w not in _VAGUE and text.stem(w) not in _EVALUATIVE for w in terms)
