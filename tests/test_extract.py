@@ -713,6 +713,9 @@ def test_weekdays_and_days_of_the_month_are_read_in_their_sentence(phrase, ts, f
     ("For deployment we're wrapping it in a FastAPI service.", "Marcus is wrapping it in a FastAPI service for deployment"),
     ("Been training since March.", "Marcus has been training since March"),
     ("Thought about just throwing them at GPT.", "Marcus thought about just throwing them at GPT"),
+    ("Gonna start pottery classes in the spring.", "Marcus is going to start pottery classes in the spring"),
+    ("Wanna learn the guitar.", "Marcus wants to learn the guitar"),
+    ("Dance is pretty much my go-to for stress relief.", "Marcus says dance is pretty much Marcus's go-to for stress relief"),
 ])
 def test_a_note_from_chat_puts_the_speaker_first_and_spells_out_contractions(content, expected):
     source = turn(1, content, speaker="Marcus", ts="2026-06-10T10:00:00")

@@ -146,9 +146,10 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
         return {"subject": f"{speaker}'s " + clause.split(" ", 2)[1], "object": clause.split(" ", 2)[2]} \
             if clause.count(" ") >= 2 else None
     named = [m for m in _ENTITY.findall(clause) if m not in names and not any(m in n for n in names)]
-    if not (named or timeparse.find(clause, "2000-01-01")):  # any reference day: only whether a time is named
-        return None  # a remark with no name, number or time in it: small talk far more often than a fact
-    return {"subject": speaker, "predicate": "says", "object": clause}
+    own = re.search(r"\b(?:my|me|myself)\b", clause, re.I) and _DURABLE.search(clause)
+    if not (named or own or timeparse.find(clause, "2000-01-01")):  # any reference day: only whether a time is named
+        return None  # a remark with no name, number, time or own thing in it: small talk far more often than a fact
+    return {"subject": speaker, "predicate": "says", "object": clause[:1].lower() + clause[1:] if not named else clause}
 
 
 # "Right now I'm setting up …": a time or place before the speaker, moved behind the statement.
@@ -156,7 +157,7 @@ _LEAD = re.compile(r"^((?:right now|for now|these days|this (?:week|month|year)|
                    r"currently|lately|recently|at (?:work|home)|for (?:deployment|work|now)|since \w+)\s*,?\s+)"
                    r"(?=(?:i|we)\b)", re.I)
 # "Been training since March", "Thought about …": the speaker left out, as people do in chat.
-_ELIDED = re.compile(r"^(been|thought|got|went|had|started|finished|spent|took|made|tried|found|bought|signed|lost|won|"
+_ELIDED = re.compile(r"^(gonna|wanna|been|thought|got|went|had|started|finished|spent|took|made|tried|found|bought|signed|lost|won|"
                      r"quit|left|met|saw|joined|moved|visited|adopted|decided|learned|loved)\b\s*",
                      re.I)
 
@@ -169,7 +170,8 @@ def _subject_first(clause: str) -> str:
     elided = _ELIDED.match(clause)
     if elided and clause[0].isupper():
         verb = elided.group(1).lower()
-        return f"I {'have been' if verb == 'been' else verb} {clause[elided.end():]}".strip()
+        verb = {"been": "have been", "gonna": "am going to", "wanna": "want to"}.get(verb, verb)
+        return f"I {verb} {clause[elided.end():]}".strip()
     return clause
 
 
