@@ -88,6 +88,7 @@ def _file_errors(method: Callable) -> Callable:
     if inspect.isgeneratorfunction(method):  # export(): errors surface while iterating
         @functools.wraps(method)
         def generator(self: Memory, *args: Any, **kwargs: Any) -> Iterator:
+            self._check_open()
             try:
                 yield from method(self, *args, **kwargs)
             except apsw.Error as exc:
@@ -96,6 +97,7 @@ def _file_errors(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def wrapper(self: Memory, *args: Any, **kwargs: Any) -> Any:
+        self._check_open()
         try:
             return method(self, *args, **kwargs)
         except apsw.Error as exc:
@@ -110,6 +112,7 @@ class Memory:
                  extract: str, threads: int | None, settings: Settings) -> None:
         self.conn = conn
         self.path = path
+        self.closed = False
         self.settings = settings
         self.extract_mode = extract
         self.threads = threads
@@ -438,7 +441,14 @@ class Memory:
 
     def close(self) -> None:
         with self._lock:
+            self.closed = True
             self.conn.close()
+
+    def _check_open(self) -> None:
+        # Without this a closed Memory's search() logged "connection has been closed" and
+        # returned [], which an agent reads as "nothing remembered".
+        if self.closed:
+            raise MemdbError(f"this Memory ({self.path!r}) is closed; open the file again with memdb.open()")
 
     def __enter__(self) -> Memory:
         return self

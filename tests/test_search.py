@@ -239,3 +239,15 @@ def test_forgetting_one_source_removes_its_words_from_the_atom_index(mem, alice)
     mem.forget(turn_id=extra)
     assert [] == mem.conn.execute("select rowid from atoms_fts where atoms_fts match 'zorblax'").fetchall()
     assert atoms["scifi"] == mem.search("Interstellar", user="alice", layer="atoms")[0].id
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.search("x", user="alice"), lambda m: m.context("x", user="alice"),
+    lambda m: m.add([{"content": "x"}], user="alice"), lambda m: m.profile("alice"),
+    lambda m: list(m.export("alice")), lambda m: m.stats(),
+])
+def test_a_closed_memory_raises_instead_of_answering_nothing(db_path, embedder, call):
+    mem = memdb.open(db_path, embedder=embedder, extract="defer")
+    mem.close()
+    with pytest.raises(memdb.MemdbError, match=r"is closed; open the file again with memdb.open\(\)"):
+        call(mem)
