@@ -49,9 +49,23 @@ def test_add_returns_ids_in_order_and_stores_verbatim(mem):
     assert 4 == mem.turns(more)[0]["seq"]
 
 
-def test_timezone_aware_ts_is_stored_in_utc(mem):
+def test_timezone_aware_ts_is_stored_in_utc_and_marked_so(mem):
     (tid,) = mem.add([{"content": "x", "ts": "2026-10-05T12:00:00+02:00"}], user="u")
-    assert "2026-10-05T10:00:00" == mem.turns([tid])[0]["ts"]
+    assert "2026-10-05T10:00:00Z" == mem.turns([tid])[0]["ts"]
+
+
+def test_a_utc_time_stays_marked_in_views_and_context_and_a_naive_one_unmarked(mem):
+    said = [{"content": "Happy new year from Singapore!", "ts": "2026-01-01T07:00:00+08:00"},
+            {"content": "Happy new year from somewhere", "ts": "2026-01-01T07:00:00"}]
+    aware, naive = mem.add(said, user="u")
+    assert ["2025-12-31T23:00:00Z", "2026-01-01T07:00:00"] == [t["ts"] for t in mem.turns([aware, naive])]
+    assert [("2025-12-31T23:00:00Z",), ("2026-01-01T07:00:00",)] == mem.conn.execute(
+        "select ts from turns_v order by id").fetchall()
+    block = mem.context("happy new year", user="u", layer="turns")
+    assert {"2025-12-31 UTC · user: Happy new year from Singapore!",
+            "2026-01-01 · user: Happy new year from somewhere"} == set(block.splitlines())
+    (clock,) = mem.add([{"content": "no time given"}], user="u")
+    assert mem.turns([clock])[0]["ts"].endswith("Z")  # the time of add, in UTC
 
 
 def test_turn_content_is_append_only(mem):
