@@ -6,7 +6,14 @@ other conversation's file, where nothing answers it (how many hits are noise: fe
 The files are the real pipeline's (bench/qa_prepare.py: extraction, lifecycle); they are only
 read, through copies.
 
-    .venv/bin/python bench/relevance_floor.py --db-dir /tmp/qa_db   # a copy of bench/results/qa/db
+    cp -r bench/results/qa/db /tmp/qa_db     # the files qa_prepare.py built; searched, never changed
+    .venv/bin/python bench/relevance_floor.py --db-dir /tmp/qa_db
+
+The result (bench/results/relevance_floor.json): recall@5/10/20 stay exactly as without a floor
+up to a cosine of 0.3 in every layer and fall from 0.35 on; the shares 0.3 and 0.5 change
+nothing on LoCoMo (two speakers, neither name in more than half the rows of a file). The
+default floor is 0.2, not 0.3: the bundled sample's "Any good space opera to recommend?" finds
+"Bob loves sci-fi movies" at a cosine of 0.25 (MiniLM), which 0.3 drops.
 """
 
 from __future__ import annotations

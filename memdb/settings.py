@@ -84,8 +84,9 @@ class Settings:
     # Relevance: a vector candidate counts only from this cosine to the query on (below it the
     # bundled MiniLM ranks unrelated lines; search returns fewer than k rather than noise), and
     # a query term found in more than common_term_share of a user's rows (their own name) is
-    # left out of the keyword side once the user has common_term_rows rows. Chosen on the
-    # LoCoMo dev split so that recall does not fall (bench/results/relevance_floor.json).
+    # left out of the keyword side once the user has common_term_rows rows. LoCoMo dev recall
+    # holds up to a floor of 0.3 (bench/results/relevance_floor.json); 0.2 because the sample's
+    # "space opera" finds "sci-fi movies" at 0.25 with MiniLM.
     min_similarity: float = 0.2
     common_term_share: float = 0.5
     common_term_rows: int = 3
