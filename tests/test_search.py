@@ -280,6 +280,7 @@ def test_a_name_in_most_of_a_users_rows_does_not_carry_the_ranking(db_path):
 def test_a_name_is_still_searchable_for_a_user_with_few_rows(db_path):
     settings = Settings(common_term_rows=4)
     with memdb.open(db_path, embedder=None, extract="defer", settings=settings) as mem:
+        mem.add([{"content": "someone else"}], user="alice")  # the rule applies in files of many users
         (tid,) = mem.add([{"role": "user", "name": "Bob", "content": "Bob here, I like tea"}], user="bob")
         assert [tid] == [h.id for h in mem.search("Bob", user="bob")]
 

@@ -37,7 +37,7 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     terms = [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
     sole = _sole_user(conn, layer, user)
     if common is not None and terms:
-        skip = common_terms(conn, layer, user, terms, *common, sole=sole)
+        skip = common_terms(conn, layer, user, terms, *common, counts=term_counts if sole else None)
         terms = [t for t in terms if t not in skip]
     if sole and term_counts is not None and postings and terms:
         terms = _affordable(terms, term_counts.count(conn, layer, terms, postings), postings)
@@ -48,21 +48,26 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
 
 
 def common_terms(conn: apsw.Connection, layer: str, user: str, terms: list[str], share: float,
-                 least_rows: int, *, sole: bool = False) -> set[str]:
+                 least_rows: int, *, counts: TermCounts | None = None) -> set[str]:
     """The terms found in more than share of the user's rows of layer.
 
     bm25's term statistics are the whole file's, so in a file of many users a user's own
     name is a rare word that weighs like a topic: "what movies does Bob like?" ranked every
     "Bob ..." atom first. Within the user's rows such a term says nothing about which row
-    answers. Each term is counted up to the share only, so a common term costs at most what
-    bm25 would spend scoring it.
+    answers; and even where bm25 gives it no weight (a file of one user), each side of the
+    fusion is normalised by its best score, so a match on it alone still scored 1.0. Each term
+    is counted up to the share only; counts (the file's term counts) serve a file of one user.
     """
+    if share >= 1:
+        return set()
     rows = conn.execute(f'select count(*) from "{layer}" where "user" = ?', (user,)).fetchone()[0]
     if rows < least_rows:
         return set()
     most = int(share * rows)
+    if counts is not None:
+        return {term for term, found in zip(terms, counts.count(conn, layer, terms, most)) if found > most}
     fts = f"{layer}_fts"
-    scope = "" if sole else f'u : "{user_tag(user)}" AND '
+    scope = f'u : "{user_tag(user)}" AND '
     common = set()
     for term in terms:
         found = conn.execute(f'select count(*) from (select 1 from "{fts}" where "{fts}" match ? limit ?)',
