@@ -1,4 +1,4 @@
--- memdb file layout, version 1. This file is the one source of the database layout:
+-- memdb file layout, version 2. This file is the one source of the database layout:
 -- memdb/db/connection.py runs it on a new file and steps `user_version` forward with migrations.
 -- Everything a reader needs is readable from a stock sqlite3 shell: coded enums have lookup
 -- tables and the *_v views show names instead of codes. Only the vec0 tables (vectors) need
@@ -131,6 +131,59 @@ select s."atom_id", a."text" as "atom", s."turn_id", t."session", t."speaker",
 from "atom_sources" s
 join "atoms" a on a."id" = s."atom_id"
 join "turns" t on t."id" = s."turn_id";
+
+-- [record views]
+-- An atom's record, readable with stock sqlite3 (no MessagePack decoder). The record is a map of
+-- one-letter keys (codec.py's SHORT_KEYS, spelled out in "record_keys") to strings or small
+-- integers, so plain SQL can walk it on the hex of the blob: byte p is two hex digits, and a
+-- value's first byte says how long it is. "atom_fields_v" has one row per field (enums by name),
+-- "atom_records_v" one row per atom with the fields as columns. Both decode every atom of the
+-- file on each query: they are for people; code reads the record with codec.unpack.
+create table "record_keys" ("key" text primary key, "field" text not null unique) without rowid;
+insert into "record_keys" values ('k', 'kind'), ('s', 'subject'), ('p', 'predicate'), ('o', 'object'),
+    ('e', 'sentiment'), ('d', 'domain'), ('t', 'date'), ('w', 'when'), ('x', 'outcome'), ('l', 'lang');
+
+create view "atom_fields_v" as
+with recursive "entry" ("atom_id", "record", "hex", "at", "left", "next") as (
+    -- "at": where an entry's key starts; "left": entries after it; "next": where the next starts.
+    select "id", "record", hex("record"), null, (instr('0123456789ABCDEF', substr(hex("record"), 2 * (1) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr(hex("record"), 2 * (1), 1)) - 17) - 128, 2 from "atoms"
+    union all
+    select "atom_id", "record", "hex", "next", "left" - 1, "next" + 2 + (
+        -- the value's tag byte says how long it is: 0x00-0x7f a small integer (the byte itself),
+        -- 0xa0-0xbf a string of up to 31 bytes, 0xd9 / 0xda a string with a 1- / 2-byte length
+        select case when t < 128 then 1 when t < 192 then t - 159
+                    when t = 217 then 2 + (instr('0123456789ABCDEF', substr("hex", 2 * ("next" + 3) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("next" + 3), 1)) - 17)
+                    else 3 + (instr('0123456789ABCDEF', substr("hex", 2 * ("next" + 3) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("next" + 3), 1)) - 17) * 256 + (instr('0123456789ABCDEF', substr("hex", 2 * ("next" + 4) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("next" + 4), 1)) - 17) end
+        from (select (instr('0123456789ABCDEF', substr("hex", 2 * ("next" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("next" + 2), 1)) - 17) as t))
+    from "entry" where "left" > 0
+)
+select e."atom_id", k."field",
+       case when (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17) < 128 then coalesce(
+                (select "name" from "kinds" where k."field" = 'kind' and "code" = (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17)),
+                (select "name" from "sentiments" where k."field" = 'sentiment' and "code" = (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17)))
+            else cast(substr(e."record", e."at" + 2 + case (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17) when 217 then 2 when 218 then 3 else 1 end,
+                             e."next" - e."at" - 2 - case (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17) when 217 then 2 when 218 then 3 else 1 end) as text)
+       end as "value"
+from "entry" e join "record_keys" k on k."key" = cast(substr(e."record", e."at" + 1, 1) as text)
+where e."at" is not null;
+
+create view "atom_records_v" as
+select a."id", a."user", st."name" as "status",
+       max(case when f."field" = 'kind' then f."value" end) as "kind",
+       max(case when f."field" = 'subject' then f."value" end) as "subject",
+       max(case when f."field" = 'predicate' then f."value" end) as "predicate",
+       max(case when f."field" = 'object' then f."value" end) as "object",
+       max(case when f."field" = 'sentiment' then f."value" end) as "sentiment",
+       max(case when f."field" = 'date' then f."value" end) as "date",
+       max(case when f."field" = 'when' then f."value" end) as "when",
+       max(case when f."field" = 'domain' then f."value" end) as "domain",
+       max(case when f."field" = 'outcome' then f."value" end) as "outcome",
+       max(case when f."field" = 'lang' then f."value" end) as "lang",
+       a."text", a."confidence", a."first_seen", a."last_seen"
+from "atoms" a
+join "statuses" st on st."code" = a."status"
+join "atom_fields_v" f on f."atom_id" = a."id"
+group by a."id";
 
 -- ---------------------------------------------------------------- vectors
 -- Created once the embedder's dimension is known (db/connection.py substitutes {dim}); rebuilt by

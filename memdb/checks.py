@@ -15,9 +15,17 @@ from .errors import InvalidInput
 _LINE_BREAKS = frozenset("\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
 
 
+# Times are stored as ISO 8601 text to the second. A time known in UTC (an aware time, or
+# the clock of add()) is converted to UTC and ends in "Z"; a naive time is kept as given, no
+# marker: its zone is the caller's and unknown to memdb. So a stored time never looks like
+# UTC when it is not, nor like local time when it is UTC.
+UTC_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+NAIVE_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+
 def now() -> str:
-    """The current UTC time as memdb stores times: 'YYYY-MM-DDTHH:MM:SS'."""
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    """The current UTC time as memdb stores times: 'YYYY-MM-DDTHH:MM:SSZ'."""
+    return dt.datetime.now(dt.timezone.utc).strftime(UTC_FORMAT)
 
 
 def check_name(value: object, field: str) -> str:
@@ -45,7 +53,8 @@ def check_text(value: str, field: str) -> None:
 
 
 def parse_ts(value: object, field: str) -> str:
-    """ISO 8601 text for a datetime, a date or an ISO string; aware times are kept in UTC."""
+    """ISO 8601 text for a datetime, a date or an ISO string: aware times in UTC with a "Z",
+    naive ones as given without a marker."""
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value.strip())
@@ -56,8 +65,8 @@ def parse_ts(value: object, field: str) -> str:
     if not isinstance(value, dt.datetime):
         raise InvalidInput(f"{field} must be an ISO 8601 string or a datetime, not {type(value).__name__}")
     if value.tzinfo is not None:
-        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
-    return value.strftime("%Y-%m-%dT%H:%M:%S")
+        return value.astimezone(dt.timezone.utc).strftime(UTC_FORMAT)
+    return value.strftime(NAIVE_FORMAT)
 
 
 def check_id(value: Any) -> int:

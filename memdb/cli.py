@@ -6,14 +6,22 @@ import argparse
 import importlib.resources
 import json
 import logging
+import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import memdb
 
 from .errors import InvalidInput, MemdbError
+
+MAX_ID = 2**63 - 1  # SQLite's largest rowid: a larger id names no row and cannot be bound
+MAX_JSON_BYTES = 1 << 30
+# Commands that only read: a missing file is a mistake (a typo in the path), not a new memory.
+READ_ONLY = ("search", "context", "profile", "events", "show", "stats", "export")
+SIGPIPE_EXIT = 128 + 13  # what a shell reports for a writer killed by SIGPIPE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,79 +32,129 @@ def main(argv: list[str] | None = None) -> int:
     except MemdbError as exc:
         print(f"memdb: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `memdb export ... | head`: the reader has all it wanted
+        _silence_stdout()
+        return SIGPIPE_EXIT
     except KeyboardInterrupt:
         return 130
 
 
+def _silence_stdout() -> None:
+    # Python flushes stdout again at exit and would print a second BrokenPipeError there.
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # stdout is not a real file (a test's capture)
+        pass
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def _count(most: int) -> Callable[[str], int]:
+    """An argparse type: an integer from 1 to most, refused with a usage error otherwise."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+        if not 1 <= number <= most:
+            raise argparse.ArgumentTypeError(f"{value} is not from 1 to {most}")
+        return number
+
+    parse.__name__ = "integer"  # argparse names the type in its messages
+    return parse
+
+
+ROW_ID = _count(MAX_ID)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memdb", description="Long-term memory for AI agents in one SQLite file.")
+    parser.add_argument("--version", action="version", version=f"memdb {memdb.__version__}")
     sub = parser.add_subparsers(required=True, metavar="command")
 
-    def command(name: str, run, help: str, *, user: bool = True) -> argparse.ArgumentParser:
+    def command(name: str, run: Callable, help: str, *, user: bool = True, embedder: bool = False,
+                llm: bool = False, new_db: str | None = None) -> argparse.ArgumentParser:
+        """A subcommand; only the options that change what it does (the embedder for
+        commands that embed, the model for those that extract or count its tokens)."""
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("db", help="the memdb file")
+        if new_db:  # a command that makes a new file names it, or takes this name
+            p.add_argument("db", nargs="?", default=new_db, help=f"the file to create (default {new_db})")
+        else:
+            p.add_argument("db", help="the memdb file")
         if user:
             p.add_argument("--user", "-u", required=True, help="whose memory")
         p.add_argument("--json", action="store_true", help="machine-readable output")
-        p.add_argument("--embedder", default="minilm", help="'minilm', a .gguf path, or 'none'")
-        p.add_argument("--llm", default=None, help="extraction model: an instruct .gguf, or the URL of an OpenAI-compatible server")
-        p.add_argument("--threads", type=int, default=None)
-        p.set_defaults(run=run)
+        if embedder:
+            p.add_argument("--embedder", default="minilm", help="'minilm' (default), a .gguf path, or 'none'")
+        if llm:
+            p.add_argument("--llm", default=None,
+                           help="extraction model: an instruct .gguf, or the URL of an OpenAI-compatible server")
+        if embedder or llm:
+            p.add_argument("--threads", type=_count(1024), default=None, help="CPU threads for the models")
+        # (set_defaults would override the options' own defaults, so only for absent options)
+        absent = {"embedder": not embedder, "llm": not llm, "threads": not (embedder or llm)}
+        p.set_defaults(run=run, read_only=name in READ_ONLY, **{k: None for k, off in absent.items() if off})
         return p
 
-    p = command("add", _add, "store messages (JSON list or JSON Lines) and extract atoms")
+    p = command("add", _add, "store messages (JSON list or JSON Lines) and extract atoms", embedder=True, llm=True)
     p.add_argument("file", nargs="?", default="-", help="messages file, or - for stdin")
-    p.add_argument("--session", "-s", default="default")
+    p.add_argument("--session", "-s", default="default", help="the conversation these messages belong to")
     p.add_argument("--defer", action="store_true", help="store only; extract later")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
-    p = command("extract", _extract, "extract atoms from pending turns", user=False)
-    p.add_argument("--user", "-u", default=None)
-    p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--quiet", "-q", action="store_true")
+    p = command("extract", _extract, "extract atoms from pending turns", user=False, embedder=True, llm=True)
+    p.add_argument("--user", "-u", default=None, help="only this user's turns")
+    p.add_argument("--limit", type=_count(MAX_ID), default=None, help="extract at most this many turns")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
-    for name, run, help in (("search", _search, "find what matters for a query"),
-                            ("context", _context, "the prompt-ready memory block for a query")):
-        p = command(name, run, help)
-        p.add_argument("query")
-        p.add_argument("-k", type=int, default=10)
-        p.add_argument("--layer", default="both", choices=("atoms", "turns", "both"))
-        p.add_argument("--budget", type=int, default=400)
+    p = command("search", _search, "find what matters for a query", embedder=True)
+    p.add_argument("query")
+    p.add_argument("-k", type=_count(1000), default=10, help="how many hits at most (default 10)")
+    p.add_argument("--layer", default="both", choices=("atoms", "turns", "both"), help="what to search")
+
+    p = command("context", _context, "the prompt-ready memory block for a query", embedder=True, llm=True)
+    p.add_argument("query")
+    p.add_argument("-k", type=_count(1000), default=20, help="hits considered before the budget cuts (default 20)")
+    p.add_argument("--layer", default="both", choices=("atoms", "turns", "both"), help="what to search")
+    p.add_argument("--budget", type=_count(1_000_000), default=400, help="tokens at most (default 400)")
 
     command("profile", _profile, "the user's attribute card")
     p = command("events", _events, "the user's events in time order")
-    p.add_argument("--since")
-    p.add_argument("--until")
+    p.add_argument("--since", help="from this date or time on (ISO 8601, e.g. 2026-01-01)")
+    p.add_argument("--until", help="up to this date or time (ISO 8601)")
 
-    p = command("stats", _stats, "counts, sizes and token figures", user=False)
-    p.add_argument("--user", "-u", default=None)
+    p = command("stats", _stats, "counts, sizes and token figures", user=False, embedder=True)
+    p.add_argument("--user", "-u", default=None, help="only this user's figures")
 
     p = command("show", _show, "an atom or a turn with its sources", user=False)
     p.add_argument("what", choices=("atom", "turn"))
-    p.add_argument("id", type=int)
+    p.add_argument("id", type=ROW_ID)
 
     p = command("forget", _forget, "delete a user, an atom or a turn, with what derives from it", user=False)
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--user", "-u")
-    group.add_argument("--atom", type=int)
-    group.add_argument("--turn", type=int)
+    group.add_argument("--user", "-u", help="every turn and atom of this user")
+    group.add_argument("--atom", type=ROW_ID, help="one atom")
+    group.add_argument("--turn", type=ROW_ID, help="one turn and the atoms only it supports")
 
     p = command("export", _export, "everything held for a user, as JSON Lines")
     p.add_argument("--pairs", action="store_true",
                    help="instead: (turn, preceding turns, the atoms kept from it), to train an extractor on")
     p = command("reembed", _reembed, "rebuild every vector with another embedder", user=False)
     p.add_argument("--to", required=True, help="'minilm' or a .gguf embedding model")
+    p.add_argument("--threads", type=_count(1024), default=None, help="CPU threads for the embedder")
 
-    p = sub.add_parser("demo", help="build a demo file from the bundled sample conversation")
-    p.add_argument("db", nargs="?", default="demo.db")
-    p.add_argument("--llm", default=None)
-    p.add_argument("--threads", type=int, default=None)
-    p.set_defaults(run=_demo, json=False, embedder="minilm")
+    demo = ("build a demo file from the bundled sample conversation (two users, a dozen turns), extract "
+            "atoms with the local model, and show search and context for the sample's questions")
+    command("demo", _demo, demo, user=False, embedder=True, llm=True, new_db="demo.db")
     return parser
 
 
 def _open(args: argparse.Namespace, **kw: Any) -> memdb.Memory:
-    embedder = None if args.embedder == "none" else args.embedder
+    if args.read_only and args.db != ":memory:" and not Path(args.db).exists():
+        raise InvalidInput(f"{args.db} does not exist; check the path (only add, extract and demo create a file)")
+    embedder = None if args.embedder in (None, "none") else args.embedder
     # One command, one search: loading a large user's vectors into memory (cache.py) would
     # cost more than the one vec0 KNN it replaces.
     settings = memdb.Settings(vector_copy_mb=0)
@@ -105,7 +163,11 @@ def _open(args: argparse.Namespace, **kw: Any) -> memdb.Memory:
 
 
 def _out(args: argparse.Namespace, data: Any, human: str) -> None:
-    print(json.dumps(data, ensure_ascii=False, default=str, indent=None) if args.json else human)
+    print(_json(data) if args.json else human)
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, default=str)
 
 
 # ---------------------------------------------------------------- commands
@@ -135,7 +197,7 @@ def _search(args: argparse.Namespace) -> None:
 
 def _context(args: argparse.Namespace) -> None:
     with _open(args) as mem:
-        block = mem.context(args.query, user=args.user, budget=args.budget, layer=args.layer)
+        block = mem.context(args.query, user=args.user, budget=args.budget, k=args.k, layer=args.layer)
     _out(args, {"context": block}, block or "(nothing found)")
 
 
@@ -155,7 +217,29 @@ def _events(args: argparse.Namespace) -> None:
 def _stats(args: argparse.Namespace) -> None:
     with _open(args) as mem:
         stats = mem.stats(user=args.user)
-    _out(args, stats, "\n".join(f"{k:18} {v}" for k, v in stats.items()))
+    _out(args, stats, _stats_text(stats))
+
+
+def _stats_text(stats: dict[str, Any]) -> str:
+    """stats() as aligned lines: counts with their breakdown, sizes in readable units."""
+    lines = []
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            continue  # shown after its total
+        shown = _size(value) if key.endswith("_bytes") else "-" if value is None else value
+        breakdown = stats.get(f"{key}_by_state") or stats.get(f"{key}_by_status")
+        if breakdown:
+            shown = f"{value} ({', '.join(f'{name} {n}' for name, n in breakdown.items())})"
+        lines.append(f"{key.replace('_', ' '):18} {shown}")
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
 
 
 def _show(args: argparse.Namespace) -> None:
@@ -187,67 +271,123 @@ def _forget(args: argparse.Namespace) -> None:
 def _export(args: argparse.Namespace) -> None:
     with _open(args) as mem:
         for row in (mem.pairs(args.user) if args.pairs else mem.export(args.user)):
-            print(json.dumps(row, ensure_ascii=False, default=str))
+            print(_json(row))
 
 
 def _reembed(args: argparse.Namespace) -> None:
+    if args.to.lower() == "none":
+        # Dropping the vectors would not make the file keyword-only for good: the next writer
+        # with an embedder adds vectors again. Opening with --embedder none is the way.
+        raise InvalidInput("reembed --to none is not supported: to search by keywords only, open the file "
+                           "with --embedder none (the vectors stay, unused)")
     with memdb.open(args.db, embedder=None, extract="defer", threads=args.threads) as mem:
-        n = mem.reembed(None if args.to == "none" else args.to)
-    _out(args, {"vectors": n}, f"rebuilt {n} vectors with {args.to}")
+        n = mem.reembed(args.to)
+        name = mem.stats()["embedder"]
+    _out(args, {"vectors": n, "embedder": name}, f"rebuilt {n} vectors with {name}")
 
 
 def _demo(args: argparse.Namespace) -> None:
     path = Path(args.db)
     if path.exists():
         raise InvalidInput(f"{path} exists; remove it or name another file")
+    say = (lambda *a: None) if args.json else print
     sample = importlib.resources.files("memdb").joinpath("data/sample.json").read_text(encoding="utf-8")
     conversations = json.loads(sample)
-    with memdb.open(path, llm=args.llm, threads=args.threads, extract="defer") as mem:
+    shown = []
+    with _open(args, extract="defer") as mem:
         for conv in conversations:
             mem.add(conv["messages"], user=conv["user"], session=conv["session"])
-        print(f"stored {mem.stats()['turns']} turns in {path}; extracting with the local model…")
+        say(f"stored {mem.stats()['turns']} turns in {path}; extracting with the local model…")
         counts = mem.extract(progress=_progress(args, "extract"))
-        print(_counts(counts))
+        say(_counts(counts))
         for conv in conversations:
             for query in conv["queries"]:
-                print(f"\n[{conv['user']}] search: {query}")
-                for h in mem.search(query, user=conv["user"], k=3):
-                    print(f"  {h.score:5.2f} {h.layer:4} {h.text[:100]}")
-                print(f"[{conv['user']}] context(budget=120):")
-                print("  " + mem.context(query, user=conv["user"], budget=120).replace("\n", "\n  "))
-    print(f"\ninspect it: sqlite3 {path} 'select id, kind, status, text from atoms_v'")
+                hits = mem.search(query, user=conv["user"], k=3)
+                block = mem.context(query, user=conv["user"], budget=120)
+                shown.append({"user": conv["user"], "query": query, "hits": [h.__dict__ for h in hits],
+                              "context": block})
+                say(f"\n[{conv['user']}] search: {query}")
+                for h in hits:
+                    say(f"  {h.score:5.2f} {h.layer:4} {h.text[:100]}")
+                say(f"[{conv['user']}] context(budget=120):")
+                say("  " + block.replace("\n", "\n  "))
+    say(f"\ninspect it: sqlite3 {path} 'select id, kind, status, subject, predicate, object from atoms_v'")
+    if args.json:
+        print(_json({"db": str(path), **counts, "queries": shown}))
 
 
 # ---------------------------------------------------------------- helpers
 
 
 def _read_messages(source: str) -> list[dict]:
-    raw = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    raw = raw.strip()
+    """The messages of a JSON list or JSON Lines file (or stdin), or InvalidInput saying
+    what is wrong with it: missing, a directory, not UTF-8, not JSON (with the line), too deep."""
+    raw = _read_text(source).strip()
     if not raw:
         raise InvalidInput(f"no messages in {source}")
+    if raw.startswith("["):
+        return _json_value(raw, source)
+    return [_json_value(line, f"{source} line {n}") for n, line in enumerate(raw.splitlines(), start=1)
+            if line.strip()]
+
+
+def _read_text(source: str) -> str:
     try:
-        return json.loads(raw) if raw.startswith("[") else [json.loads(line) for line in raw.splitlines() if line.strip()]
+        if source == "-":
+            data = sys.stdin.buffer.read(MAX_JSON_BYTES + 1)
+        else:
+            with open(source, "rb") as f:
+                data = f.read(MAX_JSON_BYTES + 1)
+    except FileNotFoundError:
+        raise InvalidInput(f"{source}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"{source} is a directory; give a messages file") from None
+    except OSError as exc:
+        raise InvalidInput(f"{source} cannot be read: {exc.strerror or exc}") from None
+    if len(data) > MAX_JSON_BYTES:
+        raise InvalidInput(f"{source} is larger than {MAX_JSON_BYTES >> 20} MB; split it")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{source} is not UTF-8 (byte {exc.start}); convert it first") from None
+
+
+def _json_value(raw: str, where: str) -> Any:
+    try:
+        return json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{source} is neither a JSON list nor JSON Lines: {exc}") from None
+        raise InvalidInput(f"{where} is not JSON: {exc.msg} at column {exc.colno}"
+                           + (f" of line {exc.lineno}" if exc.lineno > 1 else "")) from None
+    except RecursionError:
+        raise InvalidInput(f"{where} nests JSON too deeply for a message") from None
 
 
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "nothing pending"
 
 
-def _progress(args: argparse.Namespace, label: str):
+def _progress(args: argparse.Namespace, label: str) -> Callable[[int, int], None] | None:
     """A one-line progress bar with turns/s and ETA, only on a terminal and without --quiet."""
-    if getattr(args, "quiet", False) or getattr(args, "json", False) or not sys.stderr.isatty():
+    if getattr(args, "quiet", False) or args.json or not sys.stderr.isatty():
         return None
-    start = time.monotonic()
+    return progress_bar(label, sys.stderr)
+
+
+def progress_bar(label: str, stream: Any, clock: Callable[[], float] = time.monotonic) -> Callable[[int, int], None]:
+    """show(done, total) draws "label [####    ] done/total rate ETA" on one line of stream;
+    the pipeline calls it with 0 before the first batch, so the bar appears at once."""
+    start = clock()
 
     def show(done: int, total: int) -> None:
-        elapsed = time.monotonic() - start
-        rate = done / elapsed if elapsed else 0.0
-        eta = (total - done) / rate if rate else 0.0
-        bar = "#" * int(30 * done / total)
+        elapsed = clock() - start
+        rate = done / elapsed if done and elapsed else 0.0
+        eta = f"{(total - done) / rate:5.0f}s" if rate else "    ?s"
+        bar = "#" * int(30 * done / total) if total else ""
         end = "\n" if done >= total else ""
-        print(f"\r{label} [{bar:30}] {done}/{total} {rate:4.1f} turns/s ETA {eta:5.0f}s", end=end, file=sys.stderr)
+        print(f"\r{label} [{bar:30}] {done}/{total} {rate:4.1f} turns/s ETA {eta}", end=end, file=stream, flush=True)
 
     return show
+
+
+if __name__ == "__main__":
+    sys.exit(main())

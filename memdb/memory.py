@@ -10,8 +10,9 @@ import inspect
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import date
+from typing import Any, Literal, TypeVar, cast
 
 import apsw
 import numpy as np
@@ -28,6 +29,7 @@ from .index.copies import VectorCopies
 from .index.fts import TermCounts
 from .ingest import check_messages, embed_turns, insert_turns
 from .lifecycle.absorb import absorb
+from .models.protocols import LLM, Embedder
 from .search import context as contexts
 from .search.fusion import LAYERS, search as fused_search
 from .settings import FUSIONS, Settings
@@ -36,13 +38,22 @@ from .vecmath import unit
 log = logging.getLogger("memdb")
 EXTRACT_MODES = ("now", "defer")
 
+# The public API's argument types (checked again at run time: callers need not type-check).
+Message = Mapping[str, Any]  # {"role", "content", "name"?, "ts"?}
+TimeLike = str | date  # ISO 8601 text, a date or a datetime (aware times are stored in UTC)
+EmbedderSpec = str | os.PathLike[str] | Embedder | None
+LLMSpec = str | os.PathLike[str] | LLM | None
+Layer = Literal["atoms", "turns", "both"]
+Fusion = Literal["weighted", "rrf"]
+Method = TypeVar("Method", bound=Callable[..., Any])
+
 
 def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on purpose
-    path: str | os.PathLike = ":memory:",
+    path: str | os.PathLike[str] = ":memory:",
     *,
-    embedder: Any = "minilm",
-    llm: Any = None,
-    extract: str = "now",
+    embedder: EmbedderSpec = "minilm",
+    llm: LLMSpec = None,
+    extract: Literal["now", "defer"] = "now",
     threads: int | None = None,
     settings: Settings | None = None,
 ) -> Memory:
@@ -77,7 +88,7 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
         raise MemdbError(f"cannot open {os.fspath(path)!r}: {exc}") from exc
 
 
-def _file_errors(method: Callable) -> Callable:
+def _file_errors(method: Method) -> Method:
     """Let no apsw error out of the public API: a damaged, locked-out or unreadable file raises
     MemdbError (the one family an agent loop catches), with SQLite's words and what to do."""
 
@@ -88,28 +99,31 @@ def _file_errors(method: Callable) -> Callable:
     if inspect.isgeneratorfunction(method):  # export(): errors surface while iterating
         @functools.wraps(method)
         def generator(self: Memory, *args: Any, **kwargs: Any) -> Iterator:
+            self._check_open()
             try:
                 yield from method(self, *args, **kwargs)
             except apsw.Error as exc:
                 raise translate(self, exc) from exc
-        return generator
+        return cast(Method, generator)
 
     @functools.wraps(method)
     def wrapper(self: Memory, *args: Any, **kwargs: Any) -> Any:
+        self._check_open()
         try:
             return method(self, *args, **kwargs)
         except apsw.Error as exc:
             raise translate(self, exc) from exc
-    return wrapper
+    return cast(Method, wrapper)
 
 
 class Memory:
     """One open memdb file. Safe to share between threads; one model call at a time."""
 
-    def __init__(self, conn: apsw.Connection, path: str, *, embedder: Any, llm: Any,
+    def __init__(self, conn: apsw.Connection, path: str, *, embedder: EmbedderSpec, llm: LLMSpec,
                  extract: str, threads: int | None, settings: Settings) -> None:
         self.conn = conn
         self.path = path
+        self.closed = False
         self.settings = settings
         self.extract_mode = extract
         self.threads = threads
@@ -143,7 +157,7 @@ class Memory:
         connection.ensure_vectors(self.conn, embedder.name, embedder.dim)
         return embedder, None
 
-    def llm(self) -> Any:
+    def llm(self) -> LLM:
         """The extraction model, loaded on first use (raises ModelError if it cannot load)."""
         with self._lock:
             if self._llm is None:
@@ -176,8 +190,8 @@ class Memory:
     # ------------------------------------------------------------ writing
 
     @_file_errors
-    def add(self, messages: Any, *, user: str, session: str = "default",
-            ts: Any = None) -> list[int]:
+    def add(self, messages: Sequence[Message], *, user: str, session: str = "default",
+            ts: TimeLike | None = None) -> list[int]:
         """Store turns verbatim (one transaction) and, in extract="now" mode, extract atoms.
 
         Returns the L0 ids in order. Bad input raises InvalidInput and writes nothing;
@@ -249,7 +263,7 @@ class Memory:
             raise NotFound(f"no {table[:-1]} with id {row_id}" + (f" for user {user!r}" if user else ""))
 
     @_file_errors
-    def reembed(self, embedder: Any = "minilm") -> int:
+    def reembed(self, embedder: EmbedderSpec = "minilm") -> int:
         """Rebuild every vector of the file with another embedder, in one transaction.
 
         L0 and atom text are untouched. Returns the number of vectors written.
@@ -265,8 +279,8 @@ class Memory:
     # ------------------------------------------------------------ reading
 
     @_file_errors
-    def search(self, query: str, *, user: str, k: int = 10, layer: str = "both",
-               session: str | None = None, fusion: str | None = None, alpha: float | None = None,
+    def search(self, query: str, *, user: str, k: int = 10, layer: Layer = "both",
+               session: str | None = None, fusion: Fusion | None = None, alpha: float | None = None,
                include_superseded: bool = False, strict: bool = False) -> list[Hit]:
         """The k hits that matter for query, fused from keywords and vectors.
 
@@ -321,7 +335,7 @@ class Memory:
 
     @_file_errors
     def context(self, query: str, *, user: str, budget: int = 400, k: int = 20,
-                session: str | None = None, layer: str = "both") -> str:
+                session: str | None = None, layer: Layer = "both") -> str:
         """A prompt-ready block: the best hits as dated lines under budget tokens."""
         if not isinstance(budget, int) or budget < 1:
             raise InvalidInput(f"budget must be a positive integer, not {budget!r}")
@@ -366,7 +380,7 @@ class Memory:
                                             a.record.get("predicate", ""), a.first_seen))
 
     @_file_errors
-    def events(self, user: str, *, since: Any = None, until: Any = None) -> list[Atom]:
+    def events(self, user: str, *, since: TimeLike | None = None, until: TimeLike | None = None) -> list[Atom]:
         """The event index: active events in time order, with resolved dates."""
         check_name(user, "user")
         since = parse_ts(since, "since")[:10] if since is not None else "0000"
@@ -375,7 +389,7 @@ class Memory:
             return rows.events(self.conn, user, since, until)
 
     @_file_errors
-    def turns(self, turn_ids: list[int], *, user: str | None = None) -> list[dict]:
+    def turns(self, turn_ids: Sequence[int], *, user: str | None = None) -> list[dict[str, Any]]:
         """L0 rows by id (the evidence behind a hit), in id order."""
         turn_ids = check_ids(turn_ids, "turn_ids")
         if user is not None:  # user="" must not mean "every user"
@@ -384,7 +398,7 @@ class Memory:
             return rows.read_turns(self.conn, turn_ids, user)
 
     @_file_errors
-    def export(self, user: str) -> Iterator[dict]:
+    def export(self, user: str) -> Iterator[dict[str, Any]]:
         """Everything held for user as JSON-ready dicts: turns first, then atoms."""
         check_name(user, "user")
         with self._lock:
@@ -398,7 +412,7 @@ class Memory:
             yield {"type": "atom", **atom.__dict__}
 
     @_file_errors
-    def pairs(self, user: str) -> Iterator[dict]:
+    def pairs(self, user: str) -> Iterator[dict[str, Any]]:
         """Training pairs for a future extractor (the seeds' path B): each extracted turn with the
         turns before it in its session and the atoms extraction kept from it (any status since).
         Pending and failed turns are left out: they have no validated answer yet."""
@@ -438,7 +452,14 @@ class Memory:
 
     def close(self) -> None:
         with self._lock:
+            self.closed = True
             self.conn.close()
+
+    def _check_open(self) -> None:
+        # Without this a closed Memory's search() logged "connection has been closed" and
+        # returned [], which an agent reads as "nothing remembered".
+        if self.closed:
+            raise MemdbError(f"this Memory ({self.path!r}) is closed; open the file again with memdb.open()")
 
     def __enter__(self) -> Memory:
         return self

@@ -81,6 +81,15 @@ class Settings:
     # fields). Turns: user tag, speaker, content. Chosen on the LoCoMo dev split.
     atom_columns: tuple[float, ...] = (0.0, 2.0, 2.0, 1.0, 0.3, 1.5)
     turn_columns: tuple[float, ...] = (0.0, 0.5, 1.0)
+    # Relevance: a vector candidate counts only from this cosine to the query on (below it the
+    # bundled MiniLM ranks unrelated lines; search returns fewer than k rather than noise), and
+    # a query term found in more than common_term_share of a user's rows (their own name) is
+    # left out of the keyword side once the user has common_term_rows rows. LoCoMo dev recall
+    # holds up to a floor of 0.3 (bench/results/relevance_floor.json); 0.2 because the sample's
+    # "space opera" finds "sci-fi movies" at 0.25 with MiniLM.
+    min_similarity: float = 0.2
+    common_term_share: float = 0.5
+    common_term_rows: int = 3
     # An atom's score is scaled by confidence_floor + (1 - confidence_floor) x its confidence.
     confidence_floor: float = 0.5
     # Working memory: the session's last turns pull the query vector toward the topic this much.
@@ -107,13 +116,15 @@ class Settings:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
         for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
-        for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence"):
+        for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",
+                     "common_term_rows"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",
                      "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",
                      "merge_min_overlap", "merge_gain", "comparable_confidence", "cancel_overlap", "freshness_floor",
-                     "confidence_floor", "session_weight"):
+                     "confidence_floor", "session_weight", "common_term_share"):
             _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
+        _check(_is_number(self.min_similarity, -1, 1), "min_similarity", "a cosine from -1 to 1")
         for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb"):
             _check(_is_number(getattr(self, name), 0, float("inf")), name, "a non-negative number")
         _check(_is_number(self.term_counts_growth, 1, float("inf")), "term_counts_growth", "a number of at least 1")

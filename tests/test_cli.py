@@ -43,19 +43,19 @@ def test_context_stats_show_export_forget(filled, capsys):
     assert "2026-10-05 · Alice: 我们的数据库是 PostgreSQL。" in out
     _, out, _ = run(capsys, "stats", filled, "--embedder", "none", "--json")
     assert 2 == json.loads(out)["turns"] and json.loads(out)["keyword_only"]
-    _, out, _ = run(capsys, "show", filled, "turn", "2", "--embedder", "none")
+    _, out, _ = run(capsys, "show", filled, "turn", "2")
     assert "Noted: PostgreSQL." in out
-    _, out, _ = run(capsys, "export", filled, "-u", "alice", "--embedder", "none")
+    _, out, _ = run(capsys, "export", filled, "-u", "alice")
     rows = [json.loads(line) for line in out.splitlines()]
     assert ["turn", "turn"] == [r["type"] for r in rows] and MESSAGES[0]["content"] == rows[0]["content"]
-    _, out, _ = run(capsys, "forget", filled, "--turn", "1", "--embedder", "none")
+    _, out, _ = run(capsys, "forget", filled, "--turn", "1")
     assert "removed 1 turns and 0 atoms\n" == out
-    _, out, _ = run(capsys, "forget", filled, "--user", "alice", "--embedder", "none", "--json")
+    _, out, _ = run(capsys, "forget", filled, "--user", "alice", "--json")
     assert {"turns": 1, "atoms": 0} == json.loads(out)
 
 
 def test_errors_are_one_line_and_exit_2(filled, tmp_path, capsys):
-    code, _, err = run(capsys, "show", filled, "atom", "99", "--embedder", "none")
+    code, _, err = run(capsys, "show", filled, "atom", "99")
     assert 2 == code and "memdb: no atom with id 99\n" == err
     bad = tmp_path / "bad.json"
     bad.write_text('[{"role": "robot", "content": "x"}]')
@@ -66,8 +66,8 @@ def test_errors_are_one_line_and_exit_2(filled, tmp_path, capsys):
 
 
 def test_profile_and_events_empty(filled, capsys):
-    assert (0, "(empty)\n") == run(capsys, "profile", filled, "-u", "alice", "--embedder", "none")[:2]
-    assert (0, "(no events)\n") == run(capsys, "events", filled, "-u", "alice", "--embedder", "none")[:2]
+    assert (0, "(empty)\n") == run(capsys, "profile", filled, "-u", "alice")[:2]
+    assert (0, "(no events)\n") == run(capsys, "events", filled, "-u", "alice")[:2]
 
 
 class OneAtomLLM:
@@ -90,9 +90,184 @@ def test_export_pairs_gives_each_extracted_turn_its_context_and_atoms(tmp_path, 
         mem.add(said, user="alice")
         mem.add([{"role": "user", "name": "Alice", "content": "还没提取的一句"}], user="alice", session="later")
         mem.conn.execute("update turns set state = 0 where content = '还没提取的一句'")  # pending: no answer yet
-    code, out, _ = run(capsys, "export", db, "-u", "alice", "--pairs", "--embedder", "none")
+    code, out, _ = run(capsys, "export", db, "-u", "alice", "--pairs")
     pairs = [json.loads(line) for line in out.splitlines()]
     assert 0 == code
     assert [m["content"] for m in said] == [p["turn"]["content"] for p in pairs]
     assert [[], [1], [1, 2]] == [[c["id"] for c in p["context"]] for p in pairs]
     assert [["Alice 数据库是 PostgreSQL"], [], []] == [[a["text"] for a in p["atoms"]] for p in pairs]
+
+
+# ---------------------------------------------------------------- rough edges a new user hits (issues 15, 16)
+
+READ_ONLY = [["search", "-u", "a", "x"], ["context", "-u", "a", "x"], ["profile", "-u", "a"],
+             ["events", "-u", "a"], ["show", "turn", "1"], ["stats"], ["export", "-u", "a"]]
+
+
+@pytest.mark.parametrize("argv", READ_ONLY, ids=[a[0] for a in READ_ONLY])
+def test_read_only_commands_refuse_a_missing_file_and_do_not_create_it(tmp_path, capsys, argv):
+    db = tmp_path / "typo.db"
+    code, out, err = run(capsys, argv[0], str(db), *argv[1:])
+    assert (2, "", f"memdb: {db} does not exist; check the path (only add, extract and demo create a file)\n") == (
+        code, out, err)
+    assert [] == list(tmp_path.iterdir())
+
+
+def _add(capsys, db, source, *extra):
+    return run(capsys, "add", str(db), str(source), "-u", "alice", "--defer", "--embedder", "none", *extra)
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "no such file"),
+    ("dir", "is a directory; give a messages file"),
+    (b'{"role": "user", "content": "caf\xe9"}', "is not UTF-8 (byte 32); convert it first"),
+    (b"[" * 100_000 + b"]" * 100_000, "nests JSON too deeply for a message"),
+    (b'{"a": ' * 100_000, "nests JSON too deeply for a message"),
+])
+def test_add_reports_a_bad_messages_file_in_one_line(tmp_path, capsys, content, expected):
+    source = tmp_path / "messages.jsonl"
+    if content == "dir":
+        source.mkdir()
+    elif content is not None:
+        source.write_bytes(content)
+    code, out, err = _add(capsys, tmp_path / "x.db", source)
+    assert 2 == code and err.startswith(f"memdb: {source}") and err.endswith(expected + "\n"), err
+    assert 1 == err.count("\n")
+
+
+def test_a_bad_jsonl_line_is_reported_with_its_own_line_number(tmp_path, capsys):
+    source = tmp_path / "messages.jsonl"
+    good = json.dumps(MESSAGES[0], ensure_ascii=False)
+    source.write_text(f"{good}\n\n{good}\n{{'role': 'user'}}\n")
+    code, _, err = _add(capsys, tmp_path / "x.db", source)
+    assert (2, f"memdb: {source} line 4 is not JSON: Expecting property name enclosed in double quotes "
+               "at column 2\n") == (code, err)
+    assert not (tmp_path / "x.db").exists() or 0 == _turns(tmp_path / "x.db")
+
+
+def _turns(db) -> int:
+    import memdb
+
+    with memdb.open(db, embedder=None) as mem:
+        return mem.stats()["turns"]
+
+
+@pytest.mark.parametrize("argv", [["show", "{db}", "atom", "99999999999999999999"],
+                                  ["forget", "{db}", "--turn", "18446744073709551616"],
+                                  ["show", "{db}", "turn", "0"],
+                                  ["extract", "{db}", "--limit", "-1"],
+                                  ["search", "{db}", "-u", "alice", "x", "-k", "100000000000000000000"]])
+def test_out_of_range_numbers_are_usage_errors(filled, capsys, argv):
+    with pytest.raises(SystemExit) as exited:
+        cli.main([a.format(db=filled) for a in argv])
+    err = capsys.readouterr().err
+    assert 2 == exited.value.code and "is not from 1 to" in err and "Traceback" not in err
+
+
+def test_a_closed_pipe_ends_quietly(filled, tmp_path):
+    import subprocess
+    import sys
+
+    import memdb
+
+    with memdb.open(filled, embedder=None, extract="defer") as mem:
+        mem.add([{"role": "user", "content": f"line {i} " + "x" * 200} for i in range(2000)], user="alice")
+    shell = f"{sys.executable} -m memdb.cli export {filled} -u alice | head -n 1"
+    done = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=120)
+    assert ("", 1) == (done.stderr, len(done.stdout.splitlines()))
+
+
+def test_broken_pipe_exit_code_without_traceback(filled, capsys, monkeypatch):
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr("sys.stdout", Closed())
+    assert 141 == cli.main(["export", filled, "-u", "alice"])
+
+
+def test_version(capsys):
+    import memdb
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert (0, f"memdb {memdb.__version__}\n") == (exited.value.code, capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("argv", [["search", "{db}", "-u", "alice", "x", "--budget", "10"],
+                                  ["profile", "{db}", "-u", "alice", "--embedder", "none"],
+                                  ["show", "{db}", "turn", "1", "--llm", "x.gguf"],
+                                  ["export", "{db}", "-u", "alice", "--threads", "2"],
+                                  ["search", "{db}", "-u", "alice", "x", "--llm", "x.gguf"]])
+def test_options_that_would_do_nothing_are_refused(filled, capsys, argv):
+    with pytest.raises(SystemExit) as exited:
+        cli.main([a.format(db=filled) for a in argv])
+    assert 2 == exited.value.code and "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_context_k_limits_the_hits_considered(filled, capsys):
+    args = ["context", filled, "-u", "alice", "PostgreSQL", "--embedder", "none"]
+    assert 2 == len(run(capsys, *args)[1].splitlines())
+    assert 1 == len(run(capsys, *args, "-k", "1")[1].splitlines())
+
+
+def test_reembed_to_none_is_refused_and_leaves_the_file_alone(filled, capsys):
+    import memdb
+
+    with memdb.open(filled, embedder=None) as mem:
+        before = mem.conn.execute("select * from meta order by key").fetchall()
+    code, out, err = run(capsys, "reembed", filled, "--to", "none")
+    assert (2, "") == (code, out) and "reembed --to none is not supported" in err
+    with memdb.open(filled, embedder=None) as mem:
+        assert before == mem.conn.execute("select * from meta order by key").fetchall()
+
+
+def test_every_option_and_command_has_help():
+    parser = cli._parser()
+    commands = parser._subparsers._group_actions[0].choices
+    for name, sub in commands.items():
+        assert sub.description, name
+        for action in sub._actions:
+            if action.option_strings:
+                assert action.help, f"{name} {action.option_strings}"
+
+
+def test_stats_prints_readable_lines_and_json(filled, capsys):
+    code, out, _ = run(capsys, "stats", filled, "--embedder", "none")
+    assert 0 == code and "{" not in out
+    assert "turns              2 (pending 2)" in out.splitlines()
+    assert "keyword only       True" in out.splitlines()
+    assert any(line.startswith("file bytes") and line.endswith("kB") for line in out.splitlines())
+    assert {"pending": 2} == json.loads(run(capsys, "stats", filled, "--embedder", "none", "--json")[1])[
+        "turns_by_state"]
+
+
+def test_demo_json_is_one_json_document(tmp_path, capsys, monkeypatch):
+    import memdb
+
+    monkeypatch.setattr(memdb.Memory, "llm", lambda self: OneAtomLLM())
+    code, out, _ = run(capsys, "demo", str(tmp_path / "demo.db"), "--embedder", "none", "--json")
+    shown = json.loads(out)
+    assert 0 == code and 12 == shown["done"] + shown["skipped"]
+    assert ["alice", "alice", "bob", "bob"] == [q["user"] for q in shown["queries"]]
+
+
+def test_progress_bar_starts_at_zero_with_rate_and_eta(tmp_path):
+    import io
+
+    import memdb
+
+    calls = []
+    with memdb.open(tmp_path / "p.db", embedder=None, extract="defer", llm=OneAtomLLM()) as mem:
+        mem.add([{"role": "user", "content": f"我们的数据库是 PostgreSQL {i}"} for i in range(8)], user="alice")
+        mem.extract(progress=lambda done, total: calls.append((done, total)))
+    assert [(0, 8), (6, 8), (8, 8)] == calls
+    stream, ticks = io.StringIO(), iter([100.0, 100.0, 104.0])
+    show = cli.progress_bar("extract", stream, clock=lambda: next(ticks))
+    show(0, 8)
+    show(6, 8)
+    assert ("\rextract [" + " " * 30 + "] 0/8  0.0 turns/s ETA     ?s"
+            "\rextract [" + "#" * 22 + " " * 8 + "] 6/8  1.5 turns/s ETA     1s") == stream.getvalue()

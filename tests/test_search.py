@@ -239,3 +239,63 @@ def test_forgetting_one_source_removes_its_words_from_the_atom_index(mem, alice)
     mem.forget(turn_id=extra)
     assert [] == mem.conn.execute("select rowid from atoms_fts where atoms_fts match 'zorblax'").fetchall()
     assert atoms["scifi"] == mem.search("Interstellar", user="alice", layer="atoms")[0].id
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.search("x", user="alice"), lambda m: m.context("x", user="alice"),
+    lambda m: m.add([{"content": "x"}], user="alice"), lambda m: m.profile("alice"),
+    lambda m: list(m.export("alice")), lambda m: m.stats(),
+])
+def test_a_closed_memory_raises_instead_of_answering_nothing(db_path, embedder, call):
+    mem = memdb.open(db_path, embedder=embedder, extract="defer")
+    mem.close()
+    with pytest.raises(memdb.MemdbError, match=r"is closed; open the file again with memdb.open\(\)"):
+        call(mem)
+
+
+def _bob_and_alice(mem):
+    """Bob's notes all start with his name; Alice's never say it, so file-wide "bob" is rare."""
+    mem.add([{"content": f"Alice note {i} about the {w} project"} for i, w in enumerate(
+        ("go", "rust", "billing", "search", "mobile", "auth", "infra", "docs", "ci", "data"))], user="alice")
+    said = mem.add([{"role": "user", "name": "Bob", "content": c} for c in (
+        "Hi there!", "I love sci-fi movies, especially Interstellar and Blade Runner 2049.",
+        "Please never suggest recipes with cilantro.", "I work as a software engineer in Berlin.",
+        "Last month I researched quantum computing for a work project.")], user="bob")
+    for turn, record in zip(said[2:], (
+            {"kind": "constraint", "subject": "Bob", "predicate": "hates", "object": "cilantro"},
+            {"kind": "fact", "subject": "Bob", "predicate": "works as", "object": "software engineer in Berlin"},
+            {"kind": "fact", "subject": "Bob", "predicate": "researched", "object": "quantum computing"})):
+        add_atom(mem, "bob", record, [turn])
+    return said
+
+
+def test_a_name_in_most_of_a_users_rows_does_not_carry_the_ranking(db_path):
+    with memdb.open(db_path, embedder=None, extract="defer") as mem:
+        said = _bob_and_alice(mem)
+        hits = mem.search("what movies does Bob like?", user="bob")
+        assert ("turn", said[1]) == (hits[0].layer, hits[0].id)
+        assert [said[1]] == [h.id for h in hits]  # "bob" alone matches nothing: it says nothing here
+
+
+def test_a_name_is_still_searchable_for_a_user_with_few_rows(db_path):
+    settings = Settings(common_term_rows=4)
+    with memdb.open(db_path, embedder=None, extract="defer", settings=settings) as mem:
+        mem.add([{"content": "someone else"}], user="alice")  # the rule applies in files of many users
+        (tid,) = mem.add([{"role": "user", "name": "Bob", "content": "Bob here, I like tea"}], user="bob")
+        assert [tid] == [h.id for h in mem.search("Bob", user="bob")]
+
+
+def test_search_stops_at_the_relevance_floor_instead_of_filling_k(mem):
+    _bob_and_alice(mem)
+    assert [] == mem.search("peanut allergies", user="bob", k=10)
+    assert "" == mem.context("peanut allergies", user="bob", budget=400)
+    hits = mem.search("quantum computing research", user="bob", k=10)
+    assert "Bob researched quantum computing" == hits[0].text and all(h.score > 0 for h in hits)
+    assert len(hits) < 10
+
+
+def test_the_floor_keeps_every_hit_when_set_to_minus_one(db_path, embedder):
+    settings = Settings(min_similarity=-1.0)
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as mem:
+        _bob_and_alice(mem)
+        assert 5 == len(mem.search("peanut allergies", user="bob", k=5))

@@ -49,9 +49,23 @@ def test_add_returns_ids_in_order_and_stores_verbatim(mem):
     assert 4 == mem.turns(more)[0]["seq"]
 
 
-def test_timezone_aware_ts_is_stored_in_utc(mem):
+def test_timezone_aware_ts_is_stored_in_utc_and_marked_so(mem):
     (tid,) = mem.add([{"content": "x", "ts": "2026-10-05T12:00:00+02:00"}], user="u")
-    assert "2026-10-05T10:00:00" == mem.turns([tid])[0]["ts"]
+    assert "2026-10-05T10:00:00Z" == mem.turns([tid])[0]["ts"]
+
+
+def test_a_utc_time_stays_marked_in_views_and_context_and_a_naive_one_unmarked(mem):
+    said = [{"content": "Happy new year from Singapore!", "ts": "2026-01-01T07:00:00+08:00"},
+            {"content": "Happy new year from somewhere", "ts": "2026-01-01T07:00:00"}]
+    aware, naive = mem.add(said, user="u")
+    assert ["2025-12-31T23:00:00Z", "2026-01-01T07:00:00"] == [t["ts"] for t in mem.turns([aware, naive])]
+    assert [("2025-12-31T23:00:00Z",), ("2026-01-01T07:00:00",)] == mem.conn.execute(
+        "select ts from turns_v order by id").fetchall()
+    block = mem.context("happy new year", user="u", layer="turns")
+    assert {"2025-12-31 UTC · user: Happy new year from Singapore!",
+            "2026-01-01 · user: Happy new year from somewhere"} == set(block.splitlines())
+    (clock,) = mem.add([{"content": "no time given"}], user="u")
+    assert mem.turns([clock])[0]["ts"].endswith("Z")  # the time of add, in UTC
 
 
 def test_turn_content_is_append_only(mem):
@@ -187,3 +201,51 @@ def test_unloadable_embedder_degrades_to_keyword_only(db_path, tmp_path, caplog)
             stats = mem.stats()
     assert stats["keyword_only"] and "broken.gguf" in stats["embedder_error"]
     assert 1 == caplog.text.count("running keyword-only")
+
+
+RECORDS = [
+    {"kind": "fact", "subject": "Bob", "predicate": "works as", "object": "a software engineer in Berlin", "lang": "en"},
+    {"kind": "preference", "subject": "Alice", "predicate": "喜欢", "object": "美式咖啡", "sentiment": "like",
+     "domain": "drinks", "lang": "zh"},
+    {"kind": "event", "subject": "team", "predicate": "shipped", "object": "v2", "date": "2026-09-30",
+     "when": "last Wednesday", "outcome": "on time"},
+    {"kind": "constraint", "subject": "x" * 31, "object": "y" * 32},  # the last short string, the first str8
+    {"kind": "fact", "subject": "s" * 255, "object": "o" * 256 + " " + "长" * 40},  # str8's last, str16
+    {"kind": "preference", "subject": "陈静", "predicate": "讨厌", "object": "虾" * 300, "sentiment": "dislike"},
+]
+
+
+def test_an_atoms_fields_are_readable_with_stock_sqlite3(db_path):
+    import sqlite3
+
+    from memdb import codec
+    from memdb.lifecycle import absorb
+
+    with memdb.open(db_path, embedder=None, extract="defer") as mem:
+        tids = mem.add([{"content": f"turn {i}"} for i in range(len(RECORDS))], user="u")
+        with connection.write(mem.conn):
+            for tid, record in zip(tids, RECORDS):
+                absorb.absorb(mem.conn, user="u", record=codec.validate(record), confidence=0.9, turn_ids=[tid],
+                              ts="2026-10-01T10:00:00", vector=None, settings=mem.settings)
+        stored = {row["id"]: row["record"] for row in mem.export("u") if row["type"] == "atom"}
+    assert len(RECORDS) == len(stored)
+    with sqlite3.connect(db_path) as plain:  # the standard library's SQLite: no extension, no msgpack
+        fields: dict = {}
+        for atom_id, field, value in plain.execute("select atom_id, field, value from atom_fields_v"):
+            fields.setdefault(atom_id, {})[field] = value
+        assert stored == fields
+        plain.row_factory = sqlite3.Row
+        wide = {r["id"]: {k: r[k] for k in r.keys() if k in codec.SHORT_KEYS and r[k] is not None}
+                for r in plain.execute("select * from atom_records_v")}
+    assert stored == wide
+
+
+def test_a_version_1_file_gets_the_record_views(db_path):
+    with memdb.open(db_path, embedder=None) as mem:
+        for view in ("atom_records_v", "atom_fields_v"):
+            mem.conn.execute(f'drop view "{view}"')
+        mem.conn.execute('drop table "record_keys"')
+        mem.conn.execute("pragma user_version = 1")
+    with memdb.open(db_path, embedder=None) as mem:
+        assert (2, []) == (mem.conn.execute("pragma user_version").fetchone()[0],
+                           mem.conn.execute("select * from atom_records_v").fetchall())

@@ -21,11 +21,8 @@ from ..checks import now
 from ..errors import EmbedderMismatch, SchemaError
 
 APPLICATION_ID = 0x6D656D64  # "memd"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
-
-# Migrations: MIGRATIONS[v] takes a file from user_version v to v + 1. Empty at version 1.
-MIGRATIONS: dict[int, str] = {}
 
 
 def schema_sql() -> str:
@@ -36,6 +33,18 @@ def schema_sql() -> str:
 def _schema_parts() -> tuple[str, str]:
     core, _, vectors = schema_sql().partition("-- [vectors]")
     return core, vectors
+
+
+def _record_views() -> str:
+    # The section of schema.sql that version 2 added: read from the file, so the layout stays
+    # in one place.
+    return schema_sql().partition("-- [record views]")[2].partition("-- [vectors]")[0]
+
+
+# Migrations: MIGRATIONS[v] takes a file from user_version v to v + 1.
+MIGRATIONS: dict[int, str] = {
+    1: _record_views(),  # the atom's fields readable from stock sqlite3 (atom_fields_v, atom_records_v)
+}
 
 
 def connect(path: str | Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> apsw.Connection:
@@ -116,7 +125,7 @@ def _create_or_migrate(conn: apsw.Connection) -> None:
             conn.execute(_schema_parts()[0])
             set_meta(conn, "schema_version", str(SCHEMA_VERSION))
             set_meta(conn, "created_at", now())
-        for step in range(max(version, 1), SCHEMA_VERSION):
+        for step in range(version or SCHEMA_VERSION, SCHEMA_VERSION):  # schema.sql is already the newest
             conn.execute(MIGRATIONS[step])
         conn.execute(f"pragma user_version = {SCHEMA_VERSION}")
         if version not in (0, SCHEMA_VERSION):

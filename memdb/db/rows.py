@@ -35,7 +35,7 @@ class Atom:
     user: str
     kind: str
     text: str
-    record: dict
+    record: dict[str, str]  # codec field names to values (kind and sentiment by name)
     confidence: float
     seen: int
     first_seen: str

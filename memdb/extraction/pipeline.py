@@ -52,6 +52,8 @@ def run(needs: Needs, *, user: str | None, turn_ids: list[int] | None, limit: in
     counts = dict.fromkeys(COUNTS, 0)
     if not pending:
         return counts
+    if progress:  # at once: loading the model and the first batch take a while
+        progress(0, len(pending))
     llm = needs.llm()
     finished = 0
     for batch in _batches(pending, needs.settings.extract_batch):

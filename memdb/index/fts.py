@@ -17,7 +17,8 @@ MAX_COUNTED_TERMS = 200_000  # term counts kept before they are all counted afre
 
 
 def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *,
-                     term_counts: TermCounts | None = None, postings: int = 0) -> str | None:
+                     term_counts: TermCounts | None = None, postings: int = 0,
+                     common: tuple[float, int] | None = None) -> str | None:
     """The FTS5 MATCH for query on layer ("atoms" or "turns"), scoped to user; None when no
     searchable term is left.
 
@@ -29,15 +30,51 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     With other users in the file the counts are theirs too and say nothing of which terms
     are common for this user: pruning by them lost 18% of MRR at 1,000 users x 1k atoms
     (bench/scale.py), so it is left to single-user files.
+
+    common = (share, least_rows): terms in more than share of the user's rows are left out
+    once the user has least_rows rows (common_terms).
     """
     terms = [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
     sole = _sole_user(conn, layer, user)
+    if common is not None and terms:
+        skip = common_terms(conn, layer, user, terms, *common, counts=term_counts if sole else None)
+        terms = [t for t in terms if t not in skip]
     if sole and term_counts is not None and postings and terms:
         terms = _affordable(terms, term_counts.count(conn, layer, terms, postings), postings)
     if not terms:
         return None
     expression = " OR ".join(text.quote(t) for t in terms)
     return expression if sole else f'u : "{user_tag(user)}" AND ({expression})'
+
+
+def common_terms(conn: apsw.Connection, layer: str, user: str, terms: list[str], share: float,
+                 least_rows: int, *, counts: TermCounts | None = None) -> set[str]:
+    """The terms found in more than share of the user's rows of layer.
+
+    bm25's term statistics are the whole file's, so in a file of many users a user's own
+    name is a rare word that weighs like a topic: "what movies does Bob like?" ranked every
+    "Bob ..." atom first. Within the user's rows such a term says nothing about which row
+    answers; and even where bm25 gives it no weight (a file of one user), each side of the
+    fusion is normalised by its best score, so a match on it alone still scored 1.0. Each term
+    is counted up to the share only; counts (the file's term counts) serve a file of one user.
+    """
+    if share >= 1:
+        return set()
+    rows = conn.execute(f'select count(*) from "{layer}" where "user" = ?', (user,)).fetchone()[0]
+    if rows < least_rows:
+        return set()
+    most = int(share * rows)
+    if counts is not None:
+        return {term for term, found in zip(terms, counts.count(conn, layer, terms, most)) if found > most}
+    fts = f"{layer}_fts"
+    scope = f'u : "{user_tag(user)}" AND '
+    common = set()
+    for term in terms:
+        found = conn.execute(f'select count(*) from (select 1 from "{fts}" where "{fts}" match ? limit ?)',
+                             (scope + text.quote(term), most + 1)).fetchone()[0]
+        if found > most:
+            common.add(term)
+    return common
 
 
 def _affordable(terms: list[str], counts: list[int], postings: int) -> list[str]:

@@ -15,8 +15,10 @@ from ..db.rows import Hit
 
 
 def render_line(hit: Hit) -> str:
-    """One context line: date · kind · text (turns: date · speaker: words)."""
-    date = (hit.ts or "")[:10]
+    """One context line: date · kind · text (turns: date · speaker: words). A date taken
+    from a UTC time says so ("2025-12-31 UTC"): said at 07:00 +08:00 on 1 January, it is
+    the 31st in UTC, and a reader must not take it for the speaker's own date."""
+    date = (hit.ts or "")[:10] + (" UTC" if (hit.ts or "").endswith("Z") else "")
     if hit.layer == "atom":
         return f"{date} · {hit.kind} · {hit.text}"
     said = " ".join(hit.text.split())

@@ -143,13 +143,17 @@ def search(
     for name in [n for n in ("atoms", "turns") if layer in (n, "both")]:
         side = name[:-1]  # "atom" | "turn"
         match = fts.match_expression(conn, name, user, query, term_counts=term_counts,
-                                     postings=settings.keyword_postings)
+                                     postings=settings.keyword_postings,
+                                     common=(settings.common_term_share, settings.common_term_rows))
         if match is not None:
             params[f"{side}_match"] = match
             setattr(sides, f"{side}_keyword", f"{side}_match")
         if query_vector is not None:
             near = vectors.nearest(conn, name, user, query_vector, pool, copies=copies,
                                    active_only=not include_superseded)
+            # The relevance floor: a vector this far from the query is noise, and without the
+            # floor search filled k with it ("My sister Dana lives in Lisbon" for "peanut allergy").
+            near = [(i, s) for i, s in near if s is None or s >= settings.min_similarity]
             params[f"{side}_vector_hits"] = json.dumps(near)
             setattr(sides, f"{side}_vector", f"{side}_vector_hits")
     if not any(vars(sides).values()):
