@@ -87,6 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     p = command("reembed", _reembed, "rebuild every vector with another embedder", user=False)
     p.add_argument("--to", required=True, help="'minilm' or a .gguf embedding model")
 
+    p = command("mcp", _mcp, "serve the memory to an MCP client (Claude Desktop, Cursor, ...) over stdio; "
+                "needs pip install 'memdb[mcp]'", user=False)
+    p.add_argument("--user", "-u", default=None, help="serve this user only (else every tool call names its user)")
+    p.add_argument("--defer", action="store_true", help="remember stores only; run `memdb extract` later")
+
     p = sub.add_parser("demo", help="build a demo file from the bundled sample conversation")
     p.add_argument("db", nargs="?", default="demo.db")
     p.add_argument("--llm", default=None)
@@ -194,6 +199,15 @@ def _reembed(args: argparse.Namespace) -> None:
     with memdb.open(args.db, embedder=None, extract="defer", threads=args.threads) as mem:
         n = mem.reembed(None if args.to == "none" else args.to)
     _out(args, {"vectors": n}, f"rebuilt {n} vectors with {args.to}")
+
+
+def _mcp(args: argparse.Namespace) -> None:
+    from .mcp_server import serve
+
+    embedder = None if args.embedder == "none" else args.embedder
+    with memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads,
+                    extract="defer" if args.defer else "now") as mem:
+        serve(mem, user=args.user)
 
 
 def _demo(args: argparse.Namespace) -> None:
