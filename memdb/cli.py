@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memdb", description="Long-term memory for AI agents in one SQLite file.")
+    parser.epilog = ("Bigger models: add, extract, demo and mcp take --llm with an instruct .gguf or the URL of "
+                     "an OpenAI-compatible server (llama-server, Ollama, LM Studio); $MEMDB_LLM does the same.")
     sub = parser.add_subparsers(required=True, metavar="command")
 
     def command(name: str, run, help: str, *, user: bool = True) -> argparse.ArgumentParser:

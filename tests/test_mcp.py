@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 import memdb
+from memdb.cli import main
 
 
 class ScriptedLLM:
@@ -106,3 +108,19 @@ def test_bad_messages_come_back_as_a_tool_error_the_model_can_read(tmp_path):
     db = filled(tmp_path)
     _, (result,) = serve_and_call(db, [("remember", {"messages": [{"role": "robot", "content": "x"}]})], "-u", "alice")
     assert result.is_error and "messages[0].role 'robot' is not one of" in result.content[0].text
+
+
+def test_the_cli_help_lists_mcp_and_says_where_bigger_models_go(capsys):
+    for argv in (["--help"], ["mcp", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+    shown = capsys.readouterr().out
+    assert "serve the memory to an MCP client" in shown
+    assert "Bigger models: add, extract, demo and mcp take --llm" in shown
+    assert "--llm LLM" in shown.split("usage: memdb mcp")[1]
+
+
+def test_without_the_mcp_package_the_command_says_how_to_get_it(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails as if not installed
+    assert 2 == main(["mcp", str(tmp_path / "agent.db"), "--embedder", "none"])
+    assert "the MCP server needs the mcp package (2.x): pip install 'memdb[mcp]'" in capsys.readouterr().err
