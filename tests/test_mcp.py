@@ -11,6 +11,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 import memdb
 from memdb.cli import main
+from tests.test_endpoint import stub  # noqa: F401 - the stub OpenAI-compatible server, a fixture
 
 
 class ScriptedLLM:
@@ -31,12 +32,13 @@ def filled(tmp_path) -> str:
     return db
 
 
-def serve_and_call(db: str, calls: list[tuple[str, dict]], *extra: str) -> tuple[list[str], list]:
+def serve_and_call(db: str, calls: list[tuple[str, dict]], *extra: str,
+                   defer: bool = True) -> tuple[list[str], list]:
     """Start `memdb mcp db` with the SDK's stdio client; the tool names it lists and each call's result."""
     server = StdioServerParameters(
         command=sys.executable,
         args=["-c", "import sys; from memdb.cli import main; sys.exit(main())",
-              "mcp", db, "--embedder", "none", "--defer", *extra],
+              "mcp", db, "--embedder", "none", *(["--defer"] if defer else []), *extra],
     )
 
     async def session() -> tuple[list[str], list]:
@@ -124,3 +126,16 @@ def test_without_the_mcp_package_the_command_says_how_to_get_it(monkeypatch, tmp
     monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails as if not installed
     assert 2 == main(["mcp", str(tmp_path / "agent.db"), "--embedder", "none"])
     assert "the MCP server needs the mcp package (2.x): pip install 'memdb[mcp]'" in capsys.readouterr().err
+
+
+def test_remember_extracts_at_once_with_the_model_given_by_llm(tmp_path, stub):
+    # --llm names an OpenAI-compatible server (the stub on 127.0.0.1), as a desktop config would.
+    stub.reply = '{"a": ["Anna | likes | green tea"]}'
+    db = str(tmp_path / "agent.db")
+    _, (remembered, profile) = serve_and_call(db, [
+        ("remember", {"messages": [{"role": "user", "name": "Anna", "content": "I love green tea."}]}),
+        ("profile", {}),
+    ], "--user", "anna", "--llm", stub.url, defer=False)
+    assert {"turn_ids": [1]} == payload(remembered)
+    assert ["Anna likes green tea"] == [a["text"] for a in payload(profile)]
+    assert 1 == len(stub.chats())
