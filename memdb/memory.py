@@ -194,13 +194,16 @@ class Memory:
             ts: TimeLike | None = None) -> list[int]:
         """Store turns verbatim (one transaction) and, in extract="now" mode, extract atoms.
 
-        Returns the L0 ids in order. Bad input raises InvalidInput and writes nothing;
+        Returns the L0 ids in order, one per stored message (OpenAI-style messages are accepted;
+        ingest.check_messages says which are skipped). Bad input raises InvalidInput and writes nothing;
         extraction problems never raise here (the turns stay pending or are marked failed).
         """
         check_name(user, "user")
         check_name(session, "session")
         default_ts = parse_ts(ts, "ts") if ts is not None else now()
         turns = check_messages(messages, default_ts)
+        if not turns:  # every message was skipped (an image alone): nothing to store
+            return []
         vectors_ = embed_turns(turns, self._embed)
         with self._lock, connection.write(self.conn):
             ids = insert_turns(self.conn, user=user, session=session, turns=turns, vectors=vectors_)

@@ -1,0 +1,1 @@
+"""Adapters to agent frameworks, each an optional extra imported only when used."""
