@@ -105,6 +105,11 @@ create virtual table "turns_fts" using fts5(
     "u", "speaker", "content",
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
+-- Every delete and update removes the old row's terms from the index pages in place, instead of
+-- leaving them in older segments until a merge: an atom's row is rewritten when it merges
+-- another turn, and what a forgotten turn said must not survive in a superseded copy of it.
+insert into "atoms_fts" ("atoms_fts", "rank") values ('secure-delete', 1);
+insert into "turns_fts" ("turns_fts", "rank") values ('secure-delete', 1);
 
 -- ---------------------------------------------------------------- readable views
 create view "turns_v" as

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import memdb  # noqa: E402
+from memdb import codec  # noqa: E402
 from stress_concurrency import NO_MODEL, WORDS, EchoLLM, check_file  # noqa: E402
 from tests.conftest import HashEmbedder  # noqa: E402
 
@@ -54,7 +55,7 @@ def child(path: str, log_path: str, seed: int) -> None:
     rng = random.Random(seed)
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     mem = _open(path, llm=EchoLLM())
-    mine: list[int] = []
+    mine: list[tuple[int, str]] = []
     n = 0
     while True:
         n += 1
@@ -63,13 +64,13 @@ def child(path: str, log_path: str, seed: int) -> None:
         ids = mem.add([{"content": c} for c in contents], user=user, session=f"s{rng.randrange(2)}")
         # One write(2) per add: the kernel holds it even if this process dies the next instant.
         os.write(log, (json.dumps({"ids": ids, "contents": contents}) + "\n").encode())
-        mine += ids
+        mine += [(i, user) for i in ids]
         if n % 4 == 0:
             mem.extract(limit=rng.randint(1, 12))
         if n % 7 == 0:
-            victim = mine.pop(rng.randrange(len(mine)))
+            victim, owner = mine.pop(rng.randrange(len(mine)))
             os.write(log, (json.dumps({"forgetting": victim}) + "\n").encode())
-            mem.forget(turn_id=victim)
+            mem.forget(turn_id=victim, user=owner)
             os.write(log, (json.dumps({"forgot": victim}) + "\n").encode())
 
 
@@ -94,7 +95,7 @@ def _verify(path: str, logged: tuple[dict[int, str], set[int]]) -> dict[str, Any
     acked, forgotten = logged
     with _open(path) as mem:
         rows = dict(mem.conn.execute('select "id", "content" from "turns"').fetchall())
-        states = {r["state"] for r in mem.turns(list(rows))} if rows else set()
+        states = {codec.STATE_NAMES[s] for (s,) in mem.conn.execute('select distinct "state" from "turns"')}
         pending = mem.conn.execute('select count(*) from "turns" where "state" = 0').fetchone()[0]
         problems = check_file(mem.conn)
     lost = [i for i, content in acked.items() if rows.get(i) != content]

@@ -39,26 +39,26 @@ def test_new_file_has_schema_meta_and_ids(mem, db_path):
 def test_add_returns_ids_in_order_and_stores_verbatim(mem):
     ids = mem.add(ALICE, user="alice", session="s1")
     assert 3 == len(ids) and ids == sorted(ids)
-    rows = mem.turns(ids)
+    rows = mem.turns(ids, user="alice")
     assert [m["content"] for m in ALICE] == [r["content"] for r in rows]
     assert [1, 2, 3] == [r["seq"] for r in rows]
     assert ["user", "assistant", "user"] == [r["role"] for r in rows]
     assert "2026-10-05T10:00:00" == rows[0]["ts"]
     assert ["pending"] * 3 == [r["state"] for r in rows]
     more = mem.add([{"role": "user", "content": "later"}], user="alice", session="s1")
-    assert 4 == mem.turns(more)[0]["seq"]
+    assert 4 == mem.turns(more, user="alice")[0]["seq"]
 
 
 def test_timezone_aware_ts_is_stored_in_utc(mem):
     (tid,) = mem.add([{"content": "x", "ts": "2026-10-05T12:00:00+02:00"}], user="u")
-    assert "2026-10-05T10:00:00" == mem.turns([tid])[0]["ts"]
+    assert "2026-10-05T10:00:00" == mem.turns([tid], user="u")[0]["ts"]
 
 
 def test_turn_content_is_append_only(mem):
     (tid,) = mem.add([{"content": "the original words"}], user="alice")
     with pytest.raises(apsw.ConstraintError, match="append-only"):
         mem.conn.execute('update "turns" set "content" = ? where "id" = ?', ("rewritten", tid))
-    assert "the original words" == mem.turns([tid])[0]["content"]
+    assert "the original words" == mem.turns([tid], user="alice")[0]["content"]
 
 
 @pytest.mark.parametrize("query, expected_index", [("咖啡", 2), ("数据", 2), ("PostgreSQL", 0), ("postgres sql hand", 0)])
@@ -157,7 +157,7 @@ def test_reembed_rebuilds_vectors_only(db_path):
         assert 3 == mem.reembed(HashEmbedder(32, name="small"))
         assert ("small", "32") == (connection.get_meta(mem.conn, "embedder_name"), connection.get_meta(mem.conn, "embedder_dim"))
         assert 3 == mem.conn.execute("select count(*) from turns_vec").fetchone()[0]
-        assert [m["content"] for m in ALICE] == [r["content"] for r in mem.turns(ids)]
+        assert [m["content"] for m in ALICE] == [r["content"] for r in mem.turns(ids, user="alice")]
     with memdb.open(db_path, embedder=HashEmbedder(32, name="small"), extract="defer") as mem:
         assert ids[2] == mem.search("咖啡", user="alice", layer="turns")[0].id
 

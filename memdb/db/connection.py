@@ -21,11 +21,20 @@ from ..checks import now
 from ..errors import EmbedderMismatch, SchemaError
 
 APPLICATION_ID = 0x6D656D64  # "memd"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 
-# Migrations: MIGRATIONS[v] takes a file from user_version v to v + 1. Empty at version 1.
-MIGRATIONS: dict[int, str] = {}
+# Migrations: MIGRATIONS[v] takes a file from user_version v to v + 1.
+MIGRATIONS: dict[int, str] = {
+    # 1 → 2: FTS5 secure-delete on, and one optimize that drops the terms earlier updates and
+    # deletes left behind in old segments (a merged atom's rewritten row, a forgotten turn).
+    1: """
+    insert into "atoms_fts" ("atoms_fts", "rank") values ('secure-delete', 1);
+    insert into "turns_fts" ("turns_fts", "rank") values ('secure-delete', 1);
+    insert into "atoms_fts" ("atoms_fts") values ('optimize');
+    insert into "turns_fts" ("turns_fts") values ('optimize');
+    """,
+}
 
 
 def schema_sql() -> str:

@@ -280,10 +280,11 @@ with recursive chain("id") as (
 )"""
 
 
-def history(conn: apsw.Connection, atom_id: int) -> list[Atom]:
-    """The chain of versions atom_id belongs to, oldest first."""
-    return read_atoms(conn, 'where a."id" in (select "id" from chain) order by a."first_seen", a."id"',
-                      (atom_id,), prefix=CHAIN_CTE)
+def history(conn: apsw.Connection, atom_id: int, user: str) -> list[Atom]:
+    """The chain of versions atom_id belongs to, oldest first (user's atoms only: merges and
+    supersessions never cross users, and a read never does either)."""
+    return read_atoms(conn, 'where a."id" in (select "id" from chain) and a."user" = ? '
+                      'order by a."first_seen", a."id"', (atom_id, user), prefix=CHAIN_CTE)
 
 
 def profile(conn: apsw.Connection, user: str) -> list[Atom]:
@@ -321,10 +322,9 @@ def user_turn_ids(conn: apsw.Connection, user: str) -> list[int]:
     return [r[0] for r in conn.execute('select "id" from "turns" where "user" = ? order by "id"', (user,))]
 
 
-def exists(conn: apsw.Connection, table: str, row_id: int, user: str | None = None) -> bool:
-    """Whether table ("atoms" | "turns") has row_id (of user, when given)."""
-    sql = f'select 1 from "{table}" where "id" = ?' + (' and "user" = ?' if user is not None else "")
-    return conn.execute(sql, (row_id, user) if user is not None else (row_id,)).fetchone() is not None
+def exists(conn: apsw.Connection, table: str, row_id: int, user: str) -> bool:
+    """Whether table ("atoms" | "turns") has row_id of user."""
+    return conn.execute(f'select 1 from "{table}" where "id" = ? and "user" = ?', (row_id, user)).fetchone() is not None
 
 
 def counts(conn: apsw.Connection) -> tuple[int, int]:
