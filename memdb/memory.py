@@ -35,13 +35,14 @@ from .vecmath import unit
 
 log = logging.getLogger("memdb")
 EXTRACT_MODES = ("now", "defer")
+DEFAULT_EMBEDDER = "minilm"
 
 
 def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on purpose
     path: str | os.PathLike = ":memory:",
     *,
     user: str | None = None,
-    embedder: Any = "minilm",
+    embedder: Any = DEFAULT_EMBEDDER,
     llm: Any = None,
     extract: str = "now",
     threads: int | None = None,
@@ -82,16 +83,38 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
             conn.close()
             raise
     except apsw.Error as exc:  # locked past the busy timeout, disk full, unreadable, ...
-        raise MemdbError(f"cannot open {os.fspath(path)!r}: {exc}") from exc
+        raise file_error(os.fspath(path), exc) from exc
+
+
+# What each SQLite failure means for the caller, and what to do about it.
+_ADVICE: list[tuple[tuple[type[apsw.Error], ...], str]] = [
+    ((apsw.BusyError, apsw.LockedError),
+     "is locked by another connection or process for longer than the busy timeout (30 s); retry later, "
+     "or find the program holding it"),
+    ((apsw.FullError,), "cannot grow: the disk (or the file size limit) is full; free space and retry"),
+    ((apsw.ReadOnlyError,), "is read-only; give this process write permission on the file, its directory "
+                            "and its -wal and -shm files, or open a copy"),
+    ((apsw.CantOpenError, apsw.PermissionsError, apsw.AuthError), "cannot be opened; check the path and its permissions"),
+    ((apsw.IOError,), "could not be read or written by the operating system (a disk or filesystem error); "
+                      "check the disk, then retry"),
+    ((apsw.CorruptError, apsw.NotADBError), "is damaged; check it with `pragma integrity_check` and restore it "
+                                            "from a backup"),
+    ((apsw.TooBigError,), "was asked for more than SQLite takes in one statement; pass fewer ids or shorter text"),
+]
+
+
+def file_error(path: str, exc: apsw.Error) -> MemdbError:
+    """The MemdbError for an SQLite failure: what is wrong with the file, and what to do."""
+    advice = next((words for kinds, words in _ADVICE if isinstance(exc, kinds)), "could not be read or written")
+    return MemdbError(f"{path!r} {advice} ({type(exc).__name__}: {exc}); nothing of this call was written")
 
 
 def _file_errors(method: Callable) -> Callable:
     """Let no apsw error out of the public API: a damaged, locked-out or unreadable file raises
-    MemdbError (the one family an agent loop catches), with SQLite's words and what to do."""
+    MemdbError (the one family an agent loop catches), with what is wrong and what to do."""
 
     def translate(mem: Memory, exc: apsw.Error) -> MemdbError:
-        return MemdbError(f"{mem.path!r} could not be read or written ({type(exc).__name__}: {exc}); if this "
-                          "persists, check the file with `pragma integrity_check` and restore it from a backup")
+        return file_error(mem.path, exc)
 
     if inspect.isgeneratorfunction(method):  # export(): errors surface while iterating
         @functools.wraps(method)
@@ -147,6 +170,8 @@ class Memory:
 
                 embedder = embedders.load(spec, threads=self.threads)
         except EmbedderUnavailable as exc:
+            if spec != DEFAULT_EMBEDDER:  # asked for by name: running without it would be a surprise
+                raise
             self._warn_once(f"memdb: embedder unavailable, running keyword-only: {exc}")
             return None, str(exc)
         connection.ensure_vectors(self.conn, embedder.name, embedder.dim)
@@ -199,6 +224,7 @@ class Memory:
         vectors_ = embed_turns(turns, self._embed)
         with self._lock, connection.write(self.conn):
             ids = insert_turns(self.conn, user=user, session=session, turns=turns, vectors=vectors_)
+        self._backfill()
         if self.extract_mode == "now":
             try:
                 self.extract(turn_ids=ids)
@@ -223,7 +249,39 @@ class Memory:
         needs = pipeline.Needs(conn=self.conn, lock=self._lock, settings=self.settings, llm=self.llm,
                                embed=self._embed, absorb=self._absorb,
                                before_batch=lambda u: self.copies.sync(self.conn, "atoms", u))
-        return pipeline.run(needs, user=user, turn_ids=turn_ids, limit=limit, progress=progress)
+        counts = pipeline.run(needs, user=user, turn_ids=turn_ids, limit=limit, progress=progress)
+        self._backfill()
+        return counts
+
+    def _backfill(self) -> None:
+        """Embed up to settings.vector_backfill turns and atoms that were stored without a vector
+        (by a keyword-only writer, or while the embedder failed), so search finds them by meaning."""
+        budget = self.settings.vector_backfill
+        if self.embedder is None or not budget:
+            return
+        with self._lock:
+            if connection.get_meta(self.conn, "vectors_missing") != "1" or not connection.has_vectors(self.conn):
+                return
+        filled_all = True
+        for table in ("turns", "atoms"):
+            with self._lock:
+                todo = rows.missing_vectors(self.conn, table, budget)
+            filled_all = filled_all and len(todo) < budget
+            if not todo:
+                continue
+            found = self._embed([line for _, _, line in todo])
+            if found is None:
+                return
+            with self._lock, connection.write(self.conn):
+                # Look again under the write lock: another writer may have filled or forgotten some.
+                still = {row[0] for row in rows.missing_vectors(self.conn, table, budget)}
+                for (row_id, user, _), vector in zip(todo, found):
+                    if row_id in still:
+                        rows.add_vector(self.conn, table, row_id, user, vector)
+        if filled_all:
+            with self._lock, connection.write(self.conn):
+                if not any(rows.missing_vectors(self.conn, t, 1) for t in ("turns", "atoms")):
+                    connection.set_meta(self.conn, "vectors_missing", "0")
 
     def _absorb(self, candidate: Candidate, user: str, ts: str, vector: np.ndarray | None) -> str:
         action, _ = absorb(self.conn, user=user, record=candidate.record, confidence=candidate.confidence,
@@ -446,6 +504,7 @@ class Memory:
         user = self._who(user) if user is not None or self.user is not None else None
         with self._lock:
             counted = rows.stats(self.conn, user)
+            counted["vectors_missing"] = rows.count_missing_vectors(self.conn, user)
             llm_name = connection.get_meta(self.conn, "llm_name")
         return {
             "path": self.path, **counted,

@@ -134,6 +134,38 @@ def test_foreign_sqlite_file_is_refused(tmp_path):
     assert before == path.read_bytes()
 
 
+def test_foreign_sqlite_file_without_tables_is_refused_untouched(tmp_path):
+    # Another application's new file: no table yet, but its application_id says whose it is.
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("pragma application_id = 1234")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(memdb.SchemaError, match="not a memdb file"):
+        memdb.open(path, embedder=None)
+    assert before == path.read_bytes()
+
+
+def test_an_empty_path_is_refused():
+    # SQLite reads "" as a private temporary file: every acknowledged turn would vanish at close.
+    with pytest.raises(memdb.InvalidInput, match="path is empty"):
+        memdb.open("", embedder=None)
+
+
+def test_a_version_1_file_is_migrated_to_fts_secure_delete(db_path):
+    memdb.open(db_path, embedder=None).close()
+    conn = apsw.Connection(str(db_path))  # what a version-1 file looks like: secure-delete off
+    for table in ("atoms_fts", "turns_fts"):
+        conn.execute(f"delete from {table}_config where k = 'secure-delete'")
+    conn.execute("pragma user_version = 1")
+    conn.close()
+    with memdb.open(db_path, embedder=None) as mem:
+        assert connection.SCHEMA_VERSION == mem.conn.execute("pragma user_version").fetchone()[0]
+        for table in ("atoms_fts", "turns_fts"):
+            assert [(1,)] == mem.conn.execute(f"select v from {table}_config where k = 'secure-delete'").fetchall()
+
+
 def test_text_file_is_refused_untouched(tmp_path):
     path = tmp_path / "notes.db"
     path.write_bytes(b"just some notes, not a database at all\n" * 200)
@@ -177,13 +209,27 @@ def test_stats_counts(mem):
     assert 2 == mem.stats()["users"]
 
 
-def test_unloadable_embedder_degrades_to_keyword_only(db_path, tmp_path, caplog):
+def test_an_explicit_embedder_that_cannot_load_is_refused(db_path, tmp_path):
+    # It used to warn and run keyword-only: turns stored without vectors, nothing said so.
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"not a gguf file at all")
+    with pytest.raises(memdb.EmbedderUnavailable, match="broken.gguf"):
+        memdb.open(db_path, embedder=str(broken), extract="defer")
+    with pytest.raises(memdb.EmbedderUnavailable):
+        memdb.open(db_path, embedder="/no/such/model.gguf", extract="defer")
+
+
+def test_the_bundled_embedder_that_cannot_load_degrades_to_keyword_only(db_path, monkeypatch, caplog):
+    from memdb.models import embedders
+
+    def fail(*args, **kwargs):
+        raise memdb.EmbedderUnavailable("the bundled weights are missing")
+
+    monkeypatch.setattr(embedders, "load", fail)
     with caplog.at_level("WARNING", logger="memdb"):
-        with memdb.open(db_path, embedder=str(broken), extract="defer") as mem:
+        with memdb.open(db_path, extract="defer") as mem:
             (tid,) = mem.add([{"content": "The staging server is called Hermes."}], user="u")
             assert [tid] == [h.id for h in mem.search("Hermes", user="u")]
             stats = mem.stats()
-    assert stats["keyword_only"] and "broken.gguf" in stats["embedder_error"]
+    assert stats["keyword_only"] and "bundled weights" in stats["embedder_error"]
     assert 1 == caplog.text.count("running keyword-only")

@@ -102,7 +102,8 @@ def _check_file(conn: apsw.Connection, path: str) -> None:
         ).fetchone()
     except (apsw.NotADBError, apsw.CorruptError) as exc:
         raise SchemaError(f"{path!r} is not a readable SQLite file ({exc}); it was left untouched") from exc
-    if tables and app_id != APPLICATION_ID:
+    # Another application's file may hold no table yet and still say whose it is.
+    if (tables or app_id) and app_id != APPLICATION_ID:
         raise SchemaError(
             f"{path!r} is an SQLite file but not a memdb file (application_id {app_id}); "
             "open a memdb file or a new path"
@@ -144,7 +145,8 @@ def write(conn: apsw.Connection) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        conn.execute("rollback")
+        if not conn.getautocommit():  # SQLite already rolled back after a full disk or I/O error
+            conn.execute("rollback")
         raise
     conn.execute("commit")
 
@@ -195,6 +197,7 @@ def create_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
     conn.execute(_schema_parts()[1].replace("{dim}", str(int(dim))))
     set_meta(conn, "embedder_name", name)
     set_meta(conn, "embedder_dim", str(int(dim)))
+    set_meta(conn, "vectors_missing", "1")  # rows written before there were vector tables
     vectors_changed(conn)
 
 

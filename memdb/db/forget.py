@@ -48,6 +48,7 @@ def delete_atoms(conn: apsw.Connection, atom_ids: Sequence[int]) -> None:
     """Delete atoms with their FTS rows and vectors (sources and conflicts cascade). What they
     decided about other atoms goes too: an atom left with no conflict partner is plain active
     again, and an atom they had superseded holds again, or is superseded by their successor."""
+    rows.remember_high_ids(conn)
     vectors = connection.has_vectors(conn)
     if vectors:
         connection.vectors_changed(conn)
@@ -94,6 +95,7 @@ def _relinks(conn: apsw.Connection, deleted: set[int]) -> list[tuple[int, int | 
 
 def delete_turns(conn: apsw.Connection, turn_ids: Sequence[int]) -> None:
     """Delete turns with their FTS rows and vectors, and the atoms left with no source."""
+    rows.remember_high_ids(conn)
     vectors = connection.has_vectors(conn)
     if vectors:
         connection.vectors_changed(conn)
