@@ -227,7 +227,7 @@ class Memory:
         self._backfill()
         if self.extract_mode == "now":
             try:
-                self.extract(turn_ids=ids)
+                self.extract(user=user, turn_ids=ids)
             except Exception as exc:  # the agent loop never crashes because of memdb
                 self._warn_once(f"memdb: turns stay pending, extraction failed: {exc}")
         return ids
