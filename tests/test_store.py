@@ -122,23 +122,13 @@ def test_newer_schema_is_refused_and_file_untouched(db_path):
     assert before == db_path.read_bytes()
 
 
-def test_foreign_sqlite_file_is_refused(tmp_path):
+@pytest.mark.parametrize("sql", ["create table t (x)", "pragma application_id = 1234"],
+                         ids=["its own tables", "no table but its application_id"])
+def test_foreign_sqlite_file_is_refused_untouched(tmp_path, sql):
+    # Another application's file, even a new one with no table yet that says whose it is.
     path = tmp_path / "other.db"
     conn = sqlite3.connect(path)
-    conn.execute("create table t (x)")
-    conn.commit()
-    conn.close()
-    before = path.read_bytes()
-    with pytest.raises(memdb.SchemaError, match="not a memdb file"):
-        memdb.open(path, embedder=None)
-    assert before == path.read_bytes()
-
-
-def test_foreign_sqlite_file_without_tables_is_refused_untouched(tmp_path):
-    # Another application's new file: no table yet, but its application_id says whose it is.
-    path = tmp_path / "other.db"
-    conn = sqlite3.connect(path)
-    conn.execute("pragma application_id = 1234")
+    conn.execute(sql)
     conn.commit()
     conn.close()
     before = path.read_bytes()
