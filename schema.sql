@@ -105,6 +105,11 @@ create virtual table "turns_fts" using fts5(
     "u", "speaker", "content",
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
+-- Every delete and update removes the old row's terms from the index pages in place, instead of
+-- leaving them in older segments until a merge: an atom's row is rewritten when it merges
+-- another turn, and what a forgotten turn said must not survive in a superseded copy of it.
+insert into "atoms_fts" ("atoms_fts", "rank") values ('secure-delete', 1);
+insert into "turns_fts" ("turns_fts", "rank") values ('secure-delete', 1);
 
 -- ---------------------------------------------------------------- readable views
 create view "turns_v" as
@@ -188,21 +193,22 @@ group by a."id";
 -- ---------------------------------------------------------------- vectors
 -- Created once the embedder's dimension is known (db/connection.py substitutes {dim}); rebuilt by
 -- reembed. Cosine distance; the user is the partition key so a KNN scans one user's vectors.
--- Each user's vectors fill whole chunks: 256 rather than vec0's default 1,024 wastes less on
--- the many users with a few hundred turns (1,000 users x 1k atoms: 1.59 kB of turn vectors
--- per atom at 1,024). Large users are ranked from an in-process copy (index/copies.py), so
--- more chunks per KNN cost them little. (vec0 does not accept quoted column names.)
+-- vec0 allocates a whole chunk of chunk_size vectors for each user's first vector in each table:
+-- at 256 a user with one turn cost ~0.8 MB, at 8 it costs ~25 kB (bench/storage.py). A KNN
+-- over a small user reads more, smaller chunks; users with vector_copy_min (500) or more
+-- vectors are ranked from an in-process copy (index/copies.py) instead. Files made with
+-- another chunk size keep it until `memdb reembed`. (vec0 does not accept quoted column names.)
 -- [vectors]
 create virtual table "atoms_vec" using vec0(
     atom_id integer primary key,
     user text partition key,
     active integer,
     embedding float[{dim}] distance_metric=cosine,
-    chunk_size=256
+    chunk_size=8
 );
 create virtual table "turns_vec" using vec0(
     turn_id integer primary key,
     user text partition key,
     embedding float[{dim}] distance_metric=cosine,
-    chunk_size=256
+    chunk_size=8
 );

@@ -141,7 +141,7 @@ def run(data: Path, atoms_path: Path, whole: bool) -> dict:
             tok["atoms"] += c["atom_tokens"]
             tok["atoms_rendered"] += c["atom_rendered_tokens"]
             all_records += [a.record for a in active]
-            full_context = sum(mem.count_tokens(search_context.render_line(_turn_hit(mem, t)) + "\n")
+            full_context = sum(mem.count_tokens(search_context.render_line(_turn_hit(mem, t, conv)) + "\n")
                                for t in dia_to_turn.values())
             out["questions"] += questions(mem, conv, samples[conv], dia_to_turn, turn_to_dia, full_context)
             print(f"{conv}: {len(turns)} turns, {len(active)} atoms, L0/atoms {c['l0_over_atoms']}x", file=sys.stderr)
@@ -160,8 +160,8 @@ def _render(atom) -> str:
     return search_context.render_line(hit)
 
 
-def _turn_hit(mem: memdb.Memory, turn_id: int) -> memdb.Hit:
-    row = mem.turns([turn_id])[0]
+def _turn_hit(mem: memdb.Memory, turn_id: int, user: str) -> memdb.Hit:
+    row = mem.turns([turn_id], user=user)[0]
     return memdb.Hit(id=turn_id, layer="turn", text=row["content"], score=0.0, turn_ids=[turn_id],
                      ts=row["ts"], speaker=row["speaker"])
 

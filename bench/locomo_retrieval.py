@@ -75,7 +75,7 @@ def load_atoms(mem: memdb.Memory, user: str, path: Path, dia_to_turn: dict[str, 
     rows = [r for r in rows if r.get("conv") == user]
     records = [codec.validate(r["record"]) for r in rows]
     vectors = mem.embedder.embed([codec.canonical_text(r) for r in records])
-    ts_of = {t["id"]: t["ts"] for t in mem.turns(sorted(dia_to_turn.values()))}
+    ts_of = {t["id"]: t["ts"] for t in mem.turns(sorted(dia_to_turn.values()), user=user)}
     with connection.write(mem.conn):
         for row, record, vector in zip(rows, records, vectors):
             turn_ids = [dia_to_turn[d] for d in row["dia_ids"] if d in dia_to_turn]

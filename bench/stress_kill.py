@@ -13,7 +13,10 @@ moment, then opens the file and checks:
 - `pragma integrity_check` is ok, foreign keys hold, and turns_fts / turns_vec / atoms_fts /
   atoms_vec hold exactly the ids of their tables;
 - turns are only ever pending, done, skipped or failed; at the end one extract() with the
-  scripted model resumes every pending turn and leaves none pending.
+  scripted model resumes every pending turn and leaves none pending;
+- no id is acknowledged twice (a forgotten id given to a later turn would open it for whoever
+  kept the old one), and after a checkpoint the file's bytes hold no word said only in a
+  forgotten turn (each turn ends with a word of its own), whatever merges or kills came between.
 
     .venv/bin/python bench/stress_kill.py --kills 50          # writes bench/results/stress_kill.json
     .venv/bin/python bench/stress_kill.py --kills 5 --out /tmp/k.json   # the test suite's short run
@@ -39,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import memdb  # noqa: E402
+from memdb import codec  # noqa: E402
 from stress_concurrency import NO_MODEL, WORDS, EchoLLM, check_file  # noqa: E402
 from tests.conftest import HashEmbedder  # noqa: E402
 
@@ -54,7 +58,7 @@ def child(path: str, log_path: str, seed: int) -> None:
     rng = random.Random(seed)
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     mem = _open(path, llm=EchoLLM())
-    mine: list[int] = []
+    mine: list[tuple[int, str]] = []
     n = 0
     while True:
         n += 1
@@ -63,13 +67,13 @@ def child(path: str, log_path: str, seed: int) -> None:
         ids = mem.add([{"content": c} for c in contents], user=user, session=f"s{rng.randrange(2)}")
         # One write(2) per add: the kernel holds it even if this process dies the next instant.
         os.write(log, (json.dumps({"ids": ids, "contents": contents}) + "\n").encode())
-        mine += ids
+        mine += [(i, user) for i in ids]
         if n % 4 == 0:
             mem.extract(limit=rng.randint(1, 12))
         if n % 7 == 0:
-            victim = mine.pop(rng.randrange(len(mine)))
+            victim, owner = mine.pop(rng.randrange(len(mine)))
             os.write(log, (json.dumps({"forgetting": victim}) + "\n").encode())
-            mem.forget(turn_id=victim)
+            mem.forget(turn_id=victim, user=owner)
             os.write(log, (json.dumps({"forgot": victim}) + "\n").encode())
 
 
@@ -90,11 +94,32 @@ def _acknowledged(log_path: Path) -> tuple[dict[int, str], set[int]]:
     return acked, forgotten
 
 
+def _reused_and_left(path: str, log_path: Path) -> tuple[list[int], list[str]]:
+    """Ids acknowledged more than once, and the own words of forgotten turns still in the file's
+    bytes (after a checkpoint; words a surviving atom still states are its words, not leftovers)."""
+    seen: dict[int, int] = {}
+    contents: dict[int, str] = {}
+    forgotten: set[int] = set()
+    for line in log_path.read_text().splitlines():
+        entry = json.loads(line)
+        for i, content in zip(entry.get("ids", []), entry.get("contents", [])):
+            seen[i] = seen.get(i, 0) + 1
+            contents[i] = content
+        if "forgot" in entry:
+            forgotten.add(entry["forgot"])
+    with _open(path) as mem:
+        alive = " ".join(r[0] for r in mem.conn.execute('select "text" from "atoms"'))
+        mem.conn.execute("pragma wal_checkpoint(truncate)")
+    raw = Path(path).read_bytes()
+    words = [contents[i].split()[-1] for i in forgotten if i in contents]
+    return sorted(i for i, n in seen.items() if n > 1), [w for w in words if w not in alive and w.encode() in raw]
+
+
 def _verify(path: str, logged: tuple[dict[int, str], set[int]]) -> dict[str, Any]:
     acked, forgotten = logged
     with _open(path) as mem:
         rows = dict(mem.conn.execute('select "id", "content" from "turns"').fetchall())
-        states = {r["state"] for r in mem.turns(list(rows))} if rows else set()
+        states = {codec.STATE_NAMES[s] for (s,) in mem.conn.execute('select distinct "state" from "turns"')}
         pending = mem.conn.execute('select count(*) from "turns" where "state" = 0').fetchone()[0]
         problems = check_file(mem.conn)
     lost = [i for i, content in acked.items() if rows.get(i) != content]
@@ -144,6 +169,9 @@ def run(path: str, kills: int, seed: int) -> dict[str, Any]:
         resumed = mem.extract()
     after = _verify(path, logged)
     problems += [f"after resume: {p}" for p in after["problems"]]
+    reused, left = _reused_and_left(path, log_path)
+    problems += [f"ids acknowledged twice: {reused[:5]}"] * bool(reused)
+    problems += [f"words of forgotten turns still in the file: {left[:5]}"] * bool(left)
     return {
         "kills": killed,
         "children_exited_before_kill": exited_early,
@@ -151,6 +179,8 @@ def run(path: str, kills: int, seed: int) -> dict[str, Any]:
         "adds_acknowledged": sum('"ids"' in line for line in log_path.read_text().splitlines()),
         "turns_acknowledged": len(logged[0]),
         "forgets_acknowledged": len(logged[1]),
+        "ids_acknowledged_twice": len(reused),
+        "forgotten_words_in_file": len(left),
         "turns_in_file": after["turns"],
         "rows_lost": len(set(lost)),
         "lost_ids": sorted(set(lost))[:20],

@@ -7,12 +7,19 @@ is written, so bad input never leaves half a change behind.
 from __future__ import annotations
 
 import datetime as dt
+import unicodedata
 from typing import Any
 
 from .errors import InvalidInput
 
 # What str.splitlines() breaks on, and tab: none of it belongs in a one-line name.
 _LINE_BREAKS = frozenset("\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+# Unicode categories no name needs: controls (C0 and C1), format characters (bidi overrides,
+# zero-width spaces and joiners, BOM, soft hyphen, tag characters), unassigned, private use,
+# surrogates, and separators other than the plain space (line and paragraph separators).
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp"})
+# SQLite integers are signed 64-bit: a larger id can match no row, and apsw raises OverflowError.
+MAX_ID = 2**63 - 1
 
 
 # Times are stored as ISO 8601 text to the second. A time known in UTC (an aware time, or
@@ -29,7 +36,7 @@ def now() -> str:
 
 
 def check_name(value: object, field: str) -> str:
-    """A user or session id: a non-empty printable string."""
+    """A user, session or speaker name: one line of 1-256 printable characters, not all space."""
     if not isinstance(value, str):
         raise InvalidInput(f"{field} must be a string, not {type(value).__name__}")
     if not value or len(value) > 256:
@@ -38,6 +45,12 @@ def check_name(value: object, field: str) -> str:
     breaks = [ch for ch in value if ch in _LINE_BREAKS]
     if breaks:  # a speaker name is printed into the extraction prompt: one line, or it forges lines
         raise InvalidInput(f"{field} holds {breaks[0]!r}; names are one line of printable text")
+    hidden = next((i for i, ch in enumerate(value) if unicodedata.category(ch) in _UNPRINTABLE), None)
+    if hidden is not None:  # "ali\u202ece" shows as "alice" reversed; a zero-width space hides a second user
+        raise InvalidInput(f"{field} holds invisible or control character {value[hidden]!r} at position {hidden}; "
+                           "names are printable text")
+    if value.isspace() or unicodedata.category(value[0]).startswith("M"):
+        raise InvalidInput(f"{field} {value!r} has no visible first character; names start with a printable one")
     return value
 
 
@@ -65,14 +78,19 @@ def parse_ts(value: object, field: str) -> str:
     if not isinstance(value, dt.datetime):
         raise InvalidInput(f"{field} must be an ISO 8601 string or a datetime, not {type(value).__name__}")
     if value.tzinfo is not None:
-        return value.astimezone(dt.timezone.utc).strftime(UTC_FORMAT)
+        try:
+            return value.astimezone(dt.timezone.utc).strftime(UTC_FORMAT)
+        except OverflowError:  # 0001-01-01T00:00+05:00 is before year 1 in UTC
+            raise InvalidInput(f"{field} {value.isoformat()} is outside the years 1 to 9999 in UTC") from None
     return value.strftime(NAIVE_FORMAT)
 
 
-def check_id(value: Any) -> int:
-    """One row id: an int (a bool is not an id)."""
+def check_id(value: Any, field: str = "id") -> int:
+    """One row id: an int that fits SQLite's 64 bits (a bool is not an id)."""
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidInput(f"an id must be an integer, not {type(value).__name__}")
+        raise InvalidInput(f"{field} must be an integer, not {type(value).__name__}")
+    if not -MAX_ID <= value <= MAX_ID:
+        raise InvalidInput(f"{field} {value} is too large for an id (ids fit in 64 bits, at most {MAX_ID})")
     return value
 
 
@@ -82,7 +100,7 @@ def check_ids(ids: Any, field: str) -> list[int]:
     # reach SQLite as a binding it cannot take.
     if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise InvalidInput(f"{field} must be a list of integer ids, not {str(ids)[:60]!r}")
-    return list(ids)
+    return [check_id(i, f"{field}[{n}]") for n, i in enumerate(ids)]
 
 
 def check_texts(texts: Any) -> list[str]:

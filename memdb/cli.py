@@ -130,15 +130,14 @@ def _parser() -> argparse.ArgumentParser:
     p = command("stats", _stats, "counts, sizes and token figures", user=False, embedder=True)
     p.add_argument("--user", "-u", default=None, help="only this user's figures")
 
-    p = command("show", _show, "an atom or a turn with its sources", user=False)
+    p = command("show", _show, "one of the user's atoms or turns, with its sources")
     p.add_argument("what", choices=("atom", "turn"))
     p.add_argument("id", type=ROW_ID)
 
-    p = command("forget", _forget, "delete a user, an atom or a turn, with what derives from it", user=False)
-    group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--user", "-u", help="every turn and atom of this user")
-    group.add_argument("--atom", type=ROW_ID, help="one atom")
-    group.add_argument("--turn", type=ROW_ID, help="one turn and the atoms only it supports")
+    p = command("forget", _forget, "delete a user, or one of the user's atoms or turns, with what derives from it")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--atom", type=ROW_ID, help="only this atom of the user's")
+    group.add_argument("--turn", type=ROW_ID, help="only this turn of the user's, and the atoms only it supports")
 
     p = command("export", _export, "everything held for a user, as JSON Lines")
     p.add_argument("--pairs", action="store_true",
@@ -252,8 +251,8 @@ def _size(n: int) -> str:
 def _show(args: argparse.Namespace) -> None:
     with _open(args) as mem:
         if args.what == "atom":
-            atom = mem.get(args.id)
-            turns = mem.turns(atom.turn_ids)
+            atom = mem.get(args.id, user=args.user)
+            turns = mem.turns(atom.turn_ids, user=args.user)
             data = {**atom.__dict__, "sources": turns}
             human = [f"atom #{atom.id} [{atom.kind}, {atom.status}] {atom.text}",
                      f"  confidence {atom.confidence:.2f}, seen {atom.seen}×, {atom.first_seen} … {atom.last_seen}",
@@ -261,9 +260,9 @@ def _show(args: argparse.Namespace) -> None:
             if atom.superseded_by:
                 human.append(f"  superseded by #{atom.superseded_by}")
         else:
-            turns = mem.turns([args.id])
+            turns = mem.turns([args.id], user=args.user)
             if not turns:
-                raise memdb.NotFound(f"no turn with id {args.id}")
+                raise memdb.NotFound(f"no turn with id {args.id} for user {args.user!r}")
             data, human = turns[0], []
     human += [f"  turn #{t['id']} {t['ts']} {t['speaker'] or t['role']}: {t['content']}" for t in turns]
     _out(args, data, "\n".join(human))

@@ -37,6 +37,7 @@ from .vecmath import unit
 
 log = logging.getLogger("memdb")
 EXTRACT_MODES = ("now", "defer")
+DEFAULT_EMBEDDER = "minilm"
 
 # The public API's argument types (checked again at run time: callers need not type-check).
 Message = Mapping[str, Any]  # {"role", "content", "name"?, "ts"?}
@@ -51,7 +52,8 @@ Method = TypeVar("Method", bound=Callable[..., Any])
 def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on purpose
     path: str | os.PathLike[str] = ":memory:",
     *,
-    embedder: EmbedderSpec = "minilm",
+    user: str | None = None,
+    embedder: EmbedderSpec = DEFAULT_EMBEDDER,
     llm: LLMSpec = None,
     extract: Literal["now", "defer"] = "now",
     threads: int | None = None,
@@ -59,6 +61,9 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
 ) -> Memory:
     """Open (or create) a memdb file.
 
+    user: bind the Memory to one user: every call reads and writes that user's rows unless it
+      names another with user=. Without it, calls that address rows by id (get, history, turns,
+      forget(atom_id=/turn_id=)) and per-user calls need user=.
     embedder: "minilm" (default, bundled), a path to a GGUF embedding model, an object with
       name/dim/embed, or None for keyword-only search. If it cannot load, memdb logs it once
       and runs keyword-only; stats() reports it.
@@ -74,27 +79,53 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
         raise InvalidInput(f"threads must be a positive integer, not {threads!r}")
     if not isinstance(path, (str, os.PathLike)):
         raise InvalidInput(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    if not os.fspath(path):  # SQLite reads "" as a temporary file, deleted with every turn at close
+        raise InvalidInput('path is empty; give a file path, or ":memory:" for a memory that ends at close')
+    if user is not None:
+        check_name(user, "user")
     if llm is not None and not isinstance(llm, (str, os.PathLike)) and not hasattr(llm, "complete"):
         raise InvalidInput(f"llm must be a GGUF path or an object with complete(), not {type(llm).__name__}")
     try:
         conn = connection.connect(os.fspath(path))
         try:
-            return Memory(conn, os.fspath(path), embedder=embedder, llm=llm, extract=extract,
+            return Memory(conn, os.fspath(path), user=user, embedder=embedder, llm=llm, extract=extract,
                           threads=threads, settings=settings or Settings())
         except BaseException:
             conn.close()
             raise
     except apsw.Error as exc:  # locked past the busy timeout, disk full, unreadable, ...
-        raise MemdbError(f"cannot open {os.fspath(path)!r}: {exc}") from exc
+        raise file_error(os.fspath(path), exc) from exc
+
+
+# What each SQLite failure means for the caller, and what to do about it.
+_ADVICE: list[tuple[tuple[type[apsw.Error], ...], str]] = [
+    ((apsw.BusyError, apsw.LockedError),
+     "is locked by another connection or process for longer than the busy timeout (30 s); retry later, "
+     "or find the program holding it"),
+    ((apsw.FullError,), "cannot grow: the disk (or the file size limit) is full; free space and retry"),
+    ((apsw.ReadOnlyError,), "is read-only; give this process write permission on the file, its directory "
+                            "and its -wal and -shm files, or open a copy"),
+    ((apsw.CantOpenError, apsw.PermissionsError, apsw.AuthError), "cannot be opened; check the path and its permissions"),
+    ((apsw.IOError,), "could not be read or written by the operating system (a disk or filesystem error); "
+                      "check the disk, then retry"),
+    ((apsw.CorruptError, apsw.NotADBError), "is damaged; check it with `pragma integrity_check` and restore it "
+                                            "from a backup"),
+    ((apsw.TooBigError,), "was asked for more than SQLite takes in one statement; pass fewer ids or shorter text"),
+]
+
+
+def file_error(path: str, exc: apsw.Error) -> MemdbError:
+    """The MemdbError for an SQLite failure: what is wrong with the file, and what to do."""
+    advice = next((words for kinds, words in _ADVICE if isinstance(exc, kinds)), "could not be read or written")
+    return MemdbError(f"{path!r} {advice} ({type(exc).__name__}: {exc}); nothing of this call was written")
 
 
 def _file_errors(method: Method) -> Method:
     """Let no apsw error out of the public API: a damaged, locked-out or unreadable file raises
-    MemdbError (the one family an agent loop catches), with SQLite's words and what to do."""
+    MemdbError (the one family an agent loop catches), with what is wrong and what to do."""
 
     def translate(mem: Memory, exc: apsw.Error) -> MemdbError:
-        return MemdbError(f"{mem.path!r} could not be read or written ({type(exc).__name__}: {exc}); if this "
-                          "persists, check the file with `pragma integrity_check` and restore it from a backup")
+        return file_error(mem.path, exc)
 
     if inspect.isgeneratorfunction(method):  # export(): errors surface while iterating
         @functools.wraps(method)
@@ -120,9 +151,10 @@ class Memory:
     """One open memdb file. Safe to share between threads; one model call at a time."""
 
     def __init__(self, conn: apsw.Connection, path: str, *, embedder: EmbedderSpec, llm: LLMSpec,
-                 extract: str, threads: int | None, settings: Settings) -> None:
+                 extract: str, threads: int | None, settings: Settings, user: str | None = None) -> None:
         self.conn = conn
         self.path = path
+        self.user = user
         self.closed = False
         self.settings = settings
         self.extract_mode = extract
@@ -152,6 +184,8 @@ class Memory:
 
                 embedder = embedders.load(spec, threads=self.threads)
         except EmbedderUnavailable as exc:
+            if spec != DEFAULT_EMBEDDER:  # asked for by name: running without it would be a surprise
+                raise
             self._warn_once(f"memdb: embedder unavailable, running keyword-only: {exc}")
             return None, str(exc)
         connection.ensure_vectors(self.conn, embedder.name, embedder.dim)
@@ -190,7 +224,7 @@ class Memory:
     # ------------------------------------------------------------ writing
 
     @_file_errors
-    def add(self, messages: Sequence[Message], *, user: str, session: str = "default",
+    def add(self, messages: Sequence[Message], *, user: str | None = None, session: str = "default",
             ts: TimeLike | None = None) -> list[int]:
         """Store turns verbatim (one transaction) and, in extract="now" mode, extract atoms.
 
@@ -198,7 +232,7 @@ class Memory:
         ingest.check_messages says which are skipped). Bad input raises InvalidInput and writes nothing;
         extraction problems never raise here (the turns stay pending or are marked failed).
         """
-        check_name(user, "user")
+        user = self._who(user)
         check_name(session, "session")
         default_ts = parse_ts(ts, "ts") if ts is not None else now()
         turns = check_messages(messages, default_ts)
@@ -207,9 +241,10 @@ class Memory:
         vectors_ = embed_turns(turns, self._embed)
         with self._lock, connection.write(self.conn):
             ids = insert_turns(self.conn, user=user, session=session, turns=turns, vectors=vectors_)
+        self._backfill()
         if self.extract_mode == "now":
             try:
-                self.extract(turn_ids=ids)
+                self.extract(user=user, turn_ids=ids)
             except Exception as exc:  # the agent loop never crashes because of memdb
                 self._warn_once(f"memdb: turns stay pending, extraction failed: {exc}")
         return ids
@@ -223,8 +258,7 @@ class Memory:
         Returns counts: turns done/skipped/failed and atoms new/merged/superseded/conflicting.
         Raises ModelError if the model cannot load; bad model output never raises.
         """
-        if user is not None:
-            check_name(user, "user")
+        user = self._who(user) if user is not None or self.user is not None else None
         if turn_ids is not None:
             turn_ids = check_ids(turn_ids, "turn_ids")
         if limit is not None:
@@ -232,7 +266,39 @@ class Memory:
         needs = pipeline.Needs(conn=self.conn, lock=self._lock, settings=self.settings, llm=self.llm,
                                embed=self._embed, absorb=self._absorb,
                                before_batch=lambda u: self.copies.sync(self.conn, "atoms", u))
-        return pipeline.run(needs, user=user, turn_ids=turn_ids, limit=limit, progress=progress)
+        counts = pipeline.run(needs, user=user, turn_ids=turn_ids, limit=limit, progress=progress)
+        self._backfill()
+        return counts
+
+    def _backfill(self) -> None:
+        """Embed up to settings.vector_backfill turns and atoms that were stored without a vector
+        (by a keyword-only writer, or while the embedder failed), so search finds them by meaning."""
+        budget = self.settings.vector_backfill
+        if self.embedder is None or not budget:
+            return
+        with self._lock:
+            if connection.get_meta(self.conn, "vectors_missing") != "1" or not connection.has_vectors(self.conn):
+                return
+        filled_all = True
+        for table in ("turns", "atoms"):
+            with self._lock:
+                todo = rows.missing_vectors(self.conn, table, budget)
+            filled_all = filled_all and len(todo) < budget
+            if not todo:
+                continue
+            found = self._embed([line for _, _, line in todo])
+            if found is None:
+                return
+            with self._lock, connection.write(self.conn):
+                # Look again under the write lock: another writer may have filled or forgotten some.
+                still = {row[0] for row in rows.missing_vectors(self.conn, table, budget)}
+                for (row_id, user, _), vector in zip(todo, found):
+                    if row_id in still:
+                        rows.add_vector(self.conn, table, row_id, user, vector)
+        if filled_all:
+            with self._lock, connection.write(self.conn):
+                if not any(rows.missing_vectors(self.conn, t, 1) for t in ("turns", "atoms")):
+                    connection.set_meta(self.conn, "vectors_missing", "0")
 
     def _absorb(self, candidate: Candidate, user: str, ts: str, vector: np.ndarray | None) -> str:
         action, _ = absorb(self.conn, user=user, record=candidate.record, confidence=candidate.confidence,
@@ -243,27 +309,38 @@ class Memory:
     @_file_errors
     def forget(self, *, user: str | None = None, atom_id: int | None = None,
                turn_id: int | None = None) -> dict[str, int]:
-        """Delete a user's everything, one atom, or one turn with what derives only from it."""
-        given = [x for x in (user, atom_id, turn_id) if x is not None]
-        if len(given) != 1:
-            raise InvalidInput("forget takes exactly one of user=, atom_id=, turn_id=")
+        """Delete a user's everything (user=), or one of the user's atoms or turns with what
+        derives only from it (atom_id= or turn_id=, scoped to user= or the bound user)."""
+        if (atom_id is not None) + (turn_id is not None) > 1 or (atom_id is None and turn_id is None and user is None):
+            raise InvalidInput("forget takes user= alone (everything of that user), or atom_id= or turn_id= "
+                               "with the user they belong to")
+        user = self._who(user)
         with self._lock, connection.write(self.conn):
             before = rows.counts(self.conn)
-            if user is not None:
-                forgetting.forget_user(self.conn, check_name(user, "user"))
-            elif atom_id is not None:
-                self._require("atoms", atom_id)
+            if atom_id is not None:
+                self._require("atoms", atom_id, user)
                 forgetting.delete_atoms(self.conn, [atom_id])
-            else:
-                self._require("turns", turn_id)
+            elif turn_id is not None:
+                self._require("turns", turn_id, user)
                 forgetting.delete_turns(self.conn, [turn_id])
+            else:
+                forgetting.forget_user(self.conn, user)
             after = rows.counts(self.conn)
         return {"turns": before[0] - after[0], "atoms": before[1] - after[1]}
 
-    def _require(self, table: str, row_id: Any, user: str | None = None) -> None:
-        check_id(row_id)
+    def _who(self, user: Any) -> str:
+        """The user a call is for: the one given, else the one the Memory is bound to."""
+        if user is None:
+            user = self.user
+        if user is None:
+            raise InvalidInput("user= is required: name the user whose rows these are "
+                               "(or bind the Memory to one with memdb.open(path, user=...))")
+        return check_name(user, "user")
+
+    def _require(self, table: str, row_id: Any, user: str) -> None:
+        check_id(row_id, f"{table[:-1]} id")
         if not rows.exists(self.conn, table, row_id, user):
-            raise NotFound(f"no {table[:-1]} with id {row_id}" + (f" for user {user!r}" if user else ""))
+            raise NotFound(f"no {table[:-1]} with id {row_id} for user {user!r}")
 
     @_file_errors
     def reembed(self, embedder: EmbedderSpec = "minilm") -> int:
@@ -282,7 +359,7 @@ class Memory:
     # ------------------------------------------------------------ reading
 
     @_file_errors
-    def search(self, query: str, *, user: str, k: int = 10, layer: Layer = "both",
+    def search(self, query: str, *, user: str | None = None, k: int = 10, layer: Layer = "both",
                session: str | None = None, fusion: Fusion | None = None, alpha: float | None = None,
                include_superseded: bool = False, strict: bool = False) -> list[Hit]:
         """The k hits that matter for query, fused from keywords and vectors.
@@ -290,6 +367,7 @@ class Memory:
         Never raises for a failing index unless strict=True: without vectors it searches by
         keyword (one warning), and if both sides fail it returns [] and logs an error.
         """
+        user = self._who(user)
         self._check_search_args(query, user, k, layer, fusion, alpha)
         if session is not None:  # bound into SQL below: a lone surrogate would raise there
             check_name(session, "session")
@@ -337,7 +415,7 @@ class Memory:
         return unit(vector)
 
     @_file_errors
-    def context(self, query: str, *, user: str, budget: int = 400, k: int = 20,
+    def context(self, query: str, *, user: str | None = None, budget: int = 400, k: int = 20,
                 session: str | None = None, layer: Layer = "both") -> str:
         """A prompt-ready block: the best hits as dated lines under budget tokens."""
         if not isinstance(budget, int) or budget < 1:
@@ -361,7 +439,8 @@ class Memory:
 
     @_file_errors
     def get(self, atom_id: int, *, user: str | None = None) -> Atom:
-        """One atom (any status); with user=, only if it belongs to that user."""
+        """One of the user's atoms (any status); NotFound if the user has none with that id."""
+        user = self._who(user)
         self._require("atoms", atom_id, user)
         with self._lock:
             return rows.read_atoms(self.conn, 'where a."id" = ?', (atom_id,))[0]
@@ -369,23 +448,25 @@ class Memory:
     @_file_errors
     def history(self, atom_id: int, *, user: str | None = None) -> list[Atom]:
         """The chain of versions an atom belongs to, oldest first: what it was, what replaced it."""
+        user = self._who(user)
         self._require("atoms", atom_id, user)
         with self._lock:
-            return rows.history(self.conn, atom_id)
+            return rows.history(self.conn, atom_id, user)
 
     @_file_errors
-    def profile(self, user: str) -> list[Atom]:
+    def profile(self, user: str | None = None) -> list[Atom]:
         """The attribute card: active facts, preferences and constraints, grouped by subject and key."""
-        check_name(user, "user")
+        user = self._who(user)
         with self._lock:
             atoms = rows.profile(self.conn, user)
         return sorted(atoms, key=lambda a: (a.kind, a.record.get("subject", ""),
                                             a.record.get("predicate", ""), a.first_seen))
 
     @_file_errors
-    def events(self, user: str, *, since: TimeLike | None = None, until: TimeLike | None = None) -> list[Atom]:
+    def events(self, user: str | None = None, *, since: TimeLike | None = None,
+               until: TimeLike | None = None) -> list[Atom]:
         """The event index: active events in time order, with resolved dates."""
-        check_name(user, "user")
+        user = self._who(user)
         since = parse_ts(since, "since")[:10] if since is not None else "0000"
         until = parse_ts(until, "until") if until is not None else "9999"
         with self._lock:
@@ -393,17 +474,17 @@ class Memory:
 
     @_file_errors
     def turns(self, turn_ids: Sequence[int], *, user: str | None = None) -> list[dict[str, Any]]:
-        """L0 rows by id (the evidence behind a hit), in id order."""
+        """The user's L0 rows by id (the evidence behind a hit), in id order; ids of other
+        users' turns (or of none) are left out."""
         turn_ids = check_ids(turn_ids, "turn_ids")
-        if user is not None:  # user="" must not mean "every user"
-            check_name(user, "user")
+        user = self._who(user)
         with self._lock:
             return rows.read_turns(self.conn, turn_ids, user)
 
     @_file_errors
-    def export(self, user: str) -> Iterator[dict[str, Any]]:
+    def export(self, user: str | None = None) -> Iterator[dict[str, Any]]:
         """Everything held for user as JSON-ready dicts: turns first, then atoms."""
-        check_name(user, "user")
+        user = self._who(user)
         with self._lock:
             ids = rows.user_turn_ids(self.conn, user)
         for i in range(0, len(ids), 500):
@@ -415,11 +496,11 @@ class Memory:
             yield {"type": "atom", **atom.__dict__}
 
     @_file_errors
-    def pairs(self, user: str) -> Iterator[dict[str, Any]]:
+    def pairs(self, user: str | None = None) -> Iterator[dict[str, Any]]:
         """Training pairs for a future extractor (the seeds' path B): each extracted turn with the
         turns before it in its session and the atoms extraction kept from it (any status since).
         Pending and failed turns are left out: they have no validated answer yet."""
-        check_name(user, "user")
+        user = self._who(user)
         with self._lock:
             turns = rows.session_turns(self.conn, user)
         shown = self.settings.extract_history
@@ -436,11 +517,12 @@ class Memory:
 
     @_file_errors
     def stats(self, user: str | None = None) -> dict[str, Any]:
-        """Counts, sizes and token figures (for one user, or the whole file)."""
-        if user is not None:
-            check_name(user, "user")
+        """Counts, sizes and token figures (for one user, or the whole file when neither user=
+        nor a bound user is given)."""
+        user = self._who(user) if user is not None or self.user is not None else None
         with self._lock:
             counted = rows.stats(self.conn, user)
+            counted["vectors_missing"] = rows.count_missing_vectors(self.conn, user)
             llm_name = connection.get_meta(self.conn, "llm_name")
         return {
             "path": self.path, **counted,
@@ -471,7 +553,7 @@ class Memory:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<memdb.Memory {self.path!r}>"
+        return f"<memdb.Memory {self.path!r}" + (f" user={self.user!r}>" if self.user is not None else ">")
 
 
 def _blas_threads(threads: int | None) -> Any:

@@ -111,13 +111,16 @@ class Settings:
     term_counts_growth: float = 1.1
     vector_copy_min: int = 500
     vector_copy_mb: float = 1024.0
+    # Turns and atoms stored without a vector (by a keyword-only writer, or while the embedder
+    # failed) get one later: each add() and extract() embeds up to this many of them (0: never).
+    vector_backfill: int = 256
 
     def __post_init__(self) -> None:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
         for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",
-                     "common_term_rows"):
+                     "common_term_rows", "vector_backfill"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",
                      "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",

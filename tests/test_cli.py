@@ -43,20 +43,20 @@ def test_context_stats_show_export_forget(filled, capsys):
     assert "2026-10-05 · Alice: 我们的数据库是 PostgreSQL。" in out
     _, out, _ = run(capsys, "stats", filled, "--embedder", "none", "--json")
     assert 2 == json.loads(out)["turns"] and json.loads(out)["keyword_only"]
-    _, out, _ = run(capsys, "show", filled, "turn", "2")
+    _, out, _ = run(capsys, "show", filled, "turn", "2", "-u", "alice")
     assert "Noted: PostgreSQL." in out
     _, out, _ = run(capsys, "export", filled, "-u", "alice")
     rows = [json.loads(line) for line in out.splitlines()]
     assert ["turn", "turn"] == [r["type"] for r in rows] and MESSAGES[0]["content"] == rows[0]["content"]
-    _, out, _ = run(capsys, "forget", filled, "--turn", "1")
+    _, out, _ = run(capsys, "forget", filled, "--turn", "1", "-u", "alice")
     assert "removed 1 turns and 0 atoms\n" == out
     _, out, _ = run(capsys, "forget", filled, "--user", "alice", "--json")
     assert {"turns": 1, "atoms": 0} == json.loads(out)
 
 
 def test_errors_are_one_line_and_exit_2(filled, tmp_path, capsys):
-    code, _, err = run(capsys, "show", filled, "atom", "99")
-    assert 2 == code and "memdb: no atom with id 99\n" == err
+    code, _, err = run(capsys, "show", filled, "atom", "99", "-u", "alice")
+    assert 2 == code and "memdb: no atom with id 99 for user 'alice'\n" == err
     bad = tmp_path / "bad.json"
     bad.write_text('[{"role": "robot", "content": "x"}]')
     code, _, err = run(capsys, "add", filled, str(bad), "-u", "alice", "--defer", "--embedder", "none")

@@ -110,28 +110,28 @@ def test_forget_user_removes_every_row_index_entry_and_shadow_row(mem, world):
 
 def test_forget_turn_removes_it_and_atoms_with_no_other_source(mem, world):
     first, second, _ = world["alice"]
-    assert {"turns": 1, "atoms": 1} == mem.forget(turn_id=first)
+    assert {"turns": 1, "atoms": 1} == mem.forget(turn_id=first, user="alice")
     held = _ids(mem.conn)
     gone, kept = world["atoms"]["only_first"], world["atoms"]["first_and_second"]
     for name in ("turns", "turns_fts", "turns_vec", "turns_vec_rowids", "atom_sources.turn_id"):
         assert first not in held[name]
     for name in ("atoms", "atoms_fts", "atoms_vec", "atoms_vec_rowids", "atom_sources.atom_id"):
         assert gone not in held[name] and kept in held[name]
-    assert [second] == mem.get(kept).turn_ids  # still stands, on its remaining evidence
+    assert [second] == mem.get(kept, user="alice").turn_ids  # still stands, on its remaining evidence
     assert [] == _tables_mentioning(mem.conn, SECRET) + _tables_mentioning(mem.conn, ATOM_SECRET)
     assert second in held["turns_fts"] and second in held["turns_vec"]
 
 
 def test_forget_atom_removes_it_and_keeps_its_turns(mem, world):
     atom_id = world["atoms"]["only_first"]
-    assert {"turns": 0, "atoms": 1} == mem.forget(atom_id=atom_id)
+    assert {"turns": 0, "atoms": 1} == mem.forget(atom_id=atom_id, user="alice")
     held = _ids(mem.conn)
     for name in ("atoms", "atoms_fts", "atoms_vec", "atoms_vec_rowids", "atom_sources.atom_id"):
         assert atom_id not in held[name]
     assert [] == _tables_mentioning(mem.conn, ATOM_SECRET)
     assert set(world["alice"]) <= held["turns"] & held["turns_fts"] & held["turns_vec"]
     with pytest.raises(memdb.NotFound):
-        mem.get(atom_id)
+        mem.get(atom_id, user="alice")
 
 
 @pytest.mark.parametrize("bulk", [False, True], ids=["in place", "bulk"])
@@ -143,7 +143,7 @@ def test_forgotten_text_and_vectors_are_gone_from_the_raw_file(mem, world, db_pa
     vector = mem.conn.execute("select embedding from turns_vec where turn_id = ?", (secret_turn,)).fetchone()[0]
     before = _raw_bytes(mem, db_path)
     assert SECRET.encode() in before and vector in before  # so their absence below means something
-    mem.forget(**({"user": "alice"} if how == "user" else {"turn_id": secret_turn}))
+    mem.forget(**({"user": "alice"} if how == "user" else {"turn_id": secret_turn, "user": "alice"}))
     after = _raw_bytes(mem, db_path)
     for needle in (SECRET.encode(), SECRET[3:].encode(), ATOM_SECRET.encode(), ATOM_SECRET[3:].encode()):
         assert needle not in after
@@ -160,8 +160,8 @@ def test_forget_user_on_reopened_file_still_scrubs(db_path, world, mem):
         assert SECRET.encode() not in _raw_bytes(again, db_path)
 
 
-@pytest.mark.parametrize("args", [{}, {"user": "alice", "turn_id": 1}, {"atom_id": "1"}, {"turn_id": True},
-                                  {"user": 5}])
+@pytest.mark.parametrize("args", [{}, {"atom_id": 1, "turn_id": 1}, {"atom_id": "1", "user": "alice"}, {"turn_id": True, "user": "alice"},
+                                  {"user": 5}, {"turn_id": 1}, {"atom_id": 1}])
 def test_forget_refuses_unclear_requests_and_deletes_nothing(mem, world, args):
     before = _ids(mem.conn)
     with pytest.raises(memdb.InvalidInput):
@@ -171,9 +171,9 @@ def test_forget_refuses_unclear_requests_and_deletes_nothing(mem, world, args):
 
 def test_forget_of_an_unknown_id_is_not_found(mem, world):
     with pytest.raises(memdb.NotFound):
-        mem.forget(turn_id=10_000)
+        mem.forget(turn_id=10_000, user="alice")
     with pytest.raises(memdb.NotFound):
-        mem.forget(atom_id=10_000)
+        mem.forget(atom_id=10_000, user="alice")
 
 
 def test_forgetting_one_side_of_a_conflict_leaves_the_other_plainly_active(mem):
@@ -183,10 +183,10 @@ def test_forgetting_one_side_of_a_conflict_leaves_the_other_plainly_active(mem):
     gone = _absorb(mem, "ana", "Lisbon", [first])
     with connection.write(mem.conn):
         absorb.mark_conflict(mem.conn, gone, kept, "2026-05-01T10:00:00")
-    assert "conflicting" == mem.get(kept).status
-    mem.forget(turn_id=first)
+    assert "conflicting" == mem.get(kept, user="ana").status
+    mem.forget(turn_id=first, user="ana")
     assert [] == mem.conn.execute("select * from atom_conflicts").fetchall()
-    assert "active" == mem.get(kept).status
+    assert "active" == mem.get(kept, user="ana").status
     assert "conflicts" not in mem.context("where does ana live Porto", user="ana")
 
 
@@ -203,8 +203,8 @@ def _chain(mem: memdb.Memory, user: str, cities: list[str]) -> tuple[list[int], 
 
 def test_forgetting_the_newest_version_lets_the_one_it_replaced_hold_again(mem):
     turns, (paris, berlin) = _chain(mem, "ana", ["Paris", "Berlin"])
-    mem.forget(turn_id=turns[1])
-    old = mem.get(paris)
+    mem.forget(turn_id=turns[1], user="ana")
+    old = mem.get(paris, user="ana")
     # Nothing left says Ana moved: Paris holds, and nothing keeps the forgotten move's date.
     assert ("active", None, None) == (old.status, old.superseded_by, old.valid_to)
     assert [paris] == [a.id for a in mem.profile("ana")]
@@ -213,7 +213,52 @@ def test_forgetting_the_newest_version_lets_the_one_it_replaced_hold_again(mem):
 
 def test_forgetting_a_middle_version_links_its_predecessor_to_its_successor(mem):
     turns, (paris, berlin, rome) = _chain(mem, "ana", ["Paris", "Berlin", "Rome"])
-    mem.forget(atom_id=berlin)
-    old = mem.get(paris)
+    mem.forget(atom_id=berlin, user="ana")
+    old = mem.get(paris, user="ana")
     assert ("superseded", rome, "2026-03-01T10:00:00") == (old.status, old.superseded_by, old.valid_to)
-    assert [paris, rome] == [a.id for a in mem.history(rome)]
+    assert [paris, rome] == [a.id for a in mem.history(rome, user="ana")]
+
+
+def _merged_atom(mem: memdb.Memory, words: list[str]) -> list[int]:
+    """alice says each word in its own turn, and one atom merges every one of those turns: its
+    FTS row is rewritten at each merge (issue 15: the rewrites kept the words in old segments)."""
+    turns = mem.add([{"content": f"my note {w}"} for w in words], user="alice")
+    for turn in turns:
+        _absorb(mem, "alice", "ferry rides", [turn])
+    return turns
+
+
+def _words_in(raw: bytes, words: list[str]) -> list[str]:
+    return [w for w in words if w[3:].encode() in raw]
+
+
+WORDS = [f"zq{i}wordx{chr(97 + i)}" for i in range(20)]
+
+
+@pytest.mark.parametrize("how", ["user", "turn_id"])
+def test_forget_after_merges_leaves_no_word_of_the_merged_turns(mem, db_path, how):
+    mem.add([{"content": f"bob takes the ferry {i}"} for i in range(10)], user="bob")
+    turns = _merged_atom(mem, WORDS)
+    assert 1 == len(mem.profile("alice"))  # one atom, merged from every turn
+    if how == "user":
+        mem.forget(user="alice")
+        gone = WORDS
+    else:
+        mem.forget(turn_id=turns[0], user="alice")
+        gone = WORDS[:1]
+    assert [] == _words_in(_raw_bytes(mem, db_path), gone)
+    assert [] == [t for t in _tables(mem.conn) for w in gone if t in _tables_mentioning(mem.conn, w)]
+
+
+def test_bulk_forget_leaves_no_term_prefix_in_the_idx_tables(mem, db_path):
+    # Many rows, one optimize, then a bulk forget: FTS5's %_idx b-tree keeps the first term of
+    # each leaf page, and its interior pages copies of them, after the leaves are deleted.
+    words = [f"pv{i:03d}secret{chr(97 + i % 26)}" for i in range(600)]
+    mem.add([{"content": f"plain words number {i}"} for i in range(600)], user="bob")
+    for i in range(0, 600, 100):
+        mem.add([{"content": f"my word {w} and more"} for w in words[i:i + 100]], user="alice")
+    for table in ("turns_fts", "atoms_fts"):
+        mem.conn.execute(f"insert into {table} ({table}) values ('optimize')")
+    mem.forget(user="alice")
+    assert [] == [t for t in _tables(mem.conn) if t.endswith("_idx") and _tables_mentioning(mem.conn, "pv0", 0)]
+    assert [] == _words_in(_raw_bytes(mem, db_path), words)

@@ -30,7 +30,7 @@ def mini(tmp_path, minilm, request):
     """A Memory with MiniLM vectors; dedup ranks them through vec0, or (copied) through the
     in-memory copy of cache.py, which every user has here."""
     settings = Settings(vector_copy_min=request.param)
-    with memdb.open(tmp_path / "mini.db", embedder=minilm, extract="defer", settings=settings) as m:
+    with memdb.open(tmp_path / "mini.db", user="alice", embedder=minilm, extract="defer", settings=settings) as m:
         yield m
 
 
@@ -123,7 +123,7 @@ def test_keyword_only_mode_merges_exact_and_near_exact_repeats(tmp_path):
         tea = tell(mem, pref("green tea"), "2026-03-06T09:00:00")
         assert ["new", "merged", "merged", "new", "merged", "new"] == [
             a for a, _ in (first, exact, near, chinese, chinese_again, tea)]
-        assert 3 == mem.get(first[1]).seen
+        assert 3 == mem.get(first[1], user="alice").seen
         assert first[1] != tea[1]
 
 
@@ -236,15 +236,15 @@ def test_a_later_restatement_settles_a_conflict(mini):
     hate = tell(mini, pref("coffee", "hates", "dislike"), "2026-03-01T09:20:00")
     again = tell(mini, pref("coffee", "can't stand", "dislike"), "2026-03-09T09:00:00")
     assert ("merged", hate[1]) == again
-    assert ("superseded", hate[1]) == (mini.get(like[1]).status, mini.get(like[1]).superseded_by)
-    assert "active" == mini.get(hate[1]).status
+    assert ("superseded", hate[1]) == (mini.get(like[1], user="alice").status, mini.get(like[1], user="alice").superseded_by)
+    assert "active" == mini.get(hate[1], user="alice").status
 
 
 def test_same_time_but_far_apart_confidence_is_not_comparable(mem):
     sure = tell(mem, fact("lives in", "Berlin"), "2026-03-01T09:00:00", confidence=0.9)
     unsure = tell(mem, fact("lives in", "Paris"), "2026-03-01T09:10:00", confidence=0.4)
     assert "superseded" == unsure[0]
-    assert unsure[1] == mem.get(sure[1]).superseded_by
+    assert unsure[1] == mem.get(sure[1], user="alice").superseded_by
 
 
 def test_an_older_statement_arriving_late_is_history_at_once(mem):
@@ -252,14 +252,14 @@ def test_an_older_statement_arriving_late_is_history_at_once(mem):
     before = tell(mem, fact("lives in", "Berlin"), "2025-01-01T09:00:00")
     assert "superseded" == before[0]
     assert ("active", "superseded", now[1]) == (
-        mem.get(now[1]).status, mem.get(before[1]).status, mem.get(before[1]).superseded_by)
+        mem.get(now[1], user="alice").status, mem.get(before[1], user="alice").status, mem.get(before[1], user="alice").superseded_by)
 
 
 def test_distinct_values_of_an_open_predicate_never_conflict(mem):
     dog = tell(mem, fact("has", "a dog"), "2026-03-01T09:00:00")
     cat = tell(mem, fact("has", "a cat"), "2026-06-01T09:00:00")
     assert ("new", "new") == (dog[0], cat[0])
-    assert "active" == mem.get(dog[1]).status
+    assert "active" == mem.get(dog[1], user="alice").status
 
 
 # ---------------------------------------------------------------- rules

@@ -62,7 +62,7 @@ def test_a_failure_half_way_through_add_writes_nothing(mem, monkeypatch, target,
     assert before == _counts(mem)
     monkeypatch.undo()
     assert 5 == len(mem.add(MESSAGES, user="alice"))  # the connection is usable afterwards
-    assert [1, 2, 3, 4, 5, 6] == [r["seq"] for r in mem.turns(list(range(1, 100)))]
+    assert [1, 2, 3, 4, 5, 6] == [r["seq"] for r in mem.turns(list(range(1, 100)), user="alice")]
 
 
 def test_a_late_first_open_keeps_the_vectors_of_an_early_one(db_path, monkeypatch):
@@ -181,7 +181,7 @@ def test_threads_sharing_one_memory_lose_nothing(mem):
     assert ids == [r[0] for r in mem.conn.execute("select id from turns order by id")]
     assert 150 == len(ids) == len(set(ids))
     for name, got in results.items():  # each user's turns in the order add() returned them
-        assert list(range(1, 51)) == [r["seq"] for r in mem.turns(got)]
+        assert list(range(1, 51)) == [r["seq"] for r in mem.turns(got, user=name)]
 
 
 class HookedLLM:
@@ -217,7 +217,7 @@ def test_two_processes_extracting_the_same_turns_absorb_them_once(db_path):
 def test_a_turn_forgotten_while_the_model_runs_gets_no_atom(db_path):
     with memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as other, \
             memdb.open(db_path, embedder=HashEmbedder(), extract="defer",
-                       llm=HookedLLM(during=lambda: other.forget(turn_id=tid))) as mem:
+                       llm=HookedLLM(during=lambda: other.forget(turn_id=tid, user="ana"))) as mem:
         (tid,) = mem.add(ROSE, user="ana")
         mem.extract()  # must not raise, nor write an atom citing a turn that is gone
         assert ([], 0) == (mem.profile("ana"), mem.stats()["atoms"])

@@ -20,7 +20,7 @@ from memdb.lifecycle import absorb
 def add_atom(mem, user: str, record: dict, turn_ids: list[int], confidence: float = 0.9) -> int:
     """Store an atom as extraction would: its time is its latest source turn's."""
     record = codec.validate(record)
-    ts = max(t["ts"] for t in mem.turns(turn_ids))
+    ts = max(t["ts"] for t in mem.turns(turn_ids, user=user))
     vector = mem.embedder.embed([codec.canonical_text(record)])[0] if mem.embedder else None
     with connection.write(mem.conn):
         return absorb.absorb(mem.conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids,
@@ -236,7 +236,7 @@ def test_forgetting_one_source_removes_its_words_from_the_atom_index(mem, alice)
     with connection.write(mem.conn):
         db_rows.add_sources(mem.conn, atoms["scifi"], [extra])
     assert atoms["scifi"] == mem.search("zorblax", user="alice", layer="atoms")[0].id
-    mem.forget(turn_id=extra)
+    mem.forget(turn_id=extra, user="alice")
     assert [] == mem.conn.execute("select rowid from atoms_fts where atoms_fts match 'zorblax'").fetchall()
     assert atoms["scifi"] == mem.search("Interstellar", user="alice", layer="atoms")[0].id
 

@@ -39,40 +39,40 @@ def test_new_file_has_schema_meta_and_ids(mem, db_path):
 def test_add_returns_ids_in_order_and_stores_verbatim(mem):
     ids = mem.add(ALICE, user="alice", session="s1")
     assert 3 == len(ids) and ids == sorted(ids)
-    rows = mem.turns(ids)
+    rows = mem.turns(ids, user="alice")
     assert [m["content"] for m in ALICE] == [r["content"] for r in rows]
     assert [1, 2, 3] == [r["seq"] for r in rows]
     assert ["user", "assistant", "user"] == [r["role"] for r in rows]
     assert "2026-10-05T10:00:00" == rows[0]["ts"]
     assert ["pending"] * 3 == [r["state"] for r in rows]
     more = mem.add([{"role": "user", "content": "later"}], user="alice", session="s1")
-    assert 4 == mem.turns(more)[0]["seq"]
+    assert 4 == mem.turns(more, user="alice")[0]["seq"]
 
 
 def test_timezone_aware_ts_is_stored_in_utc_and_marked_so(mem):
     (tid,) = mem.add([{"content": "x", "ts": "2026-10-05T12:00:00+02:00"}], user="u")
-    assert "2026-10-05T10:00:00Z" == mem.turns([tid])[0]["ts"]
+    assert "2026-10-05T10:00:00Z" == mem.turns([tid], user="u")[0]["ts"]
 
 
 def test_a_utc_time_stays_marked_in_views_and_context_and_a_naive_one_unmarked(mem):
     said = [{"content": "Happy new year from Singapore!", "ts": "2026-01-01T07:00:00+08:00"},
             {"content": "Happy new year from somewhere", "ts": "2026-01-01T07:00:00"}]
     aware, naive = mem.add(said, user="u")
-    assert ["2025-12-31T23:00:00Z", "2026-01-01T07:00:00"] == [t["ts"] for t in mem.turns([aware, naive])]
+    assert ["2025-12-31T23:00:00Z", "2026-01-01T07:00:00"] == [t["ts"] for t in mem.turns([aware, naive], user="u")]
     assert [("2025-12-31T23:00:00Z",), ("2026-01-01T07:00:00",)] == mem.conn.execute(
         "select ts from turns_v order by id").fetchall()
     block = mem.context("happy new year", user="u", layer="turns")
     assert {"2025-12-31 UTC · user: Happy new year from Singapore!",
             "2026-01-01 · user: Happy new year from somewhere"} == set(block.splitlines())
     (clock,) = mem.add([{"content": "no time given"}], user="u")
-    assert mem.turns([clock])[0]["ts"].endswith("Z")  # the time of add, in UTC
+    assert mem.turns([clock], user="u")[0]["ts"].endswith("Z")  # the time of add, in UTC
 
 
 def test_turn_content_is_append_only(mem):
     (tid,) = mem.add([{"content": "the original words"}], user="alice")
     with pytest.raises(apsw.ConstraintError, match="append-only"):
         mem.conn.execute('update "turns" set "content" = ? where "id" = ?', ("rewritten", tid))
-    assert "the original words" == mem.turns([tid])[0]["content"]
+    assert "the original words" == mem.turns([tid], user="alice")[0]["content"]
 
 
 @pytest.mark.parametrize("query, expected_index", [("咖啡", 2), ("数据", 2), ("PostgreSQL", 0), ("postgres sql hand", 0)])
@@ -136,16 +136,38 @@ def test_newer_schema_is_refused_and_file_untouched(db_path):
     assert before == db_path.read_bytes()
 
 
-def test_foreign_sqlite_file_is_refused(tmp_path):
+@pytest.mark.parametrize("sql", ["create table t (x)", "pragma application_id = 1234"],
+                         ids=["its own tables", "no table but its application_id"])
+def test_foreign_sqlite_file_is_refused_untouched(tmp_path, sql):
+    # Another application's file, even a new one with no table yet that says whose it is.
     path = tmp_path / "other.db"
     conn = sqlite3.connect(path)
-    conn.execute("create table t (x)")
+    conn.execute(sql)
     conn.commit()
     conn.close()
     before = path.read_bytes()
     with pytest.raises(memdb.SchemaError, match="not a memdb file"):
         memdb.open(path, embedder=None)
     assert before == path.read_bytes()
+
+
+def test_an_empty_path_is_refused():
+    # SQLite reads "" as a private temporary file: every acknowledged turn would vanish at close.
+    with pytest.raises(memdb.InvalidInput, match="path is empty"):
+        memdb.open("", embedder=None)
+
+
+def test_a_version_1_file_is_migrated_to_fts_secure_delete(db_path):
+    memdb.open(db_path, embedder=None).close()
+    conn = apsw.Connection(str(db_path))  # what a version-1 file looks like: secure-delete off
+    for table in ("atoms_fts", "turns_fts"):
+        conn.execute(f"delete from {table}_config where k = 'secure-delete'")
+    conn.execute("pragma user_version = 1")
+    conn.close()
+    with memdb.open(db_path, embedder=None) as mem:
+        assert connection.SCHEMA_VERSION == mem.conn.execute("pragma user_version").fetchone()[0]
+        for table in ("atoms_fts", "turns_fts"):
+            assert [(1,)] == mem.conn.execute(f"select v from {table}_config where k = 'secure-delete'").fetchall()
 
 
 def test_text_file_is_refused_untouched(tmp_path):
@@ -171,7 +193,7 @@ def test_reembed_rebuilds_vectors_only(db_path):
         assert 3 == mem.reembed(HashEmbedder(32, name="small"))
         assert ("small", "32") == (connection.get_meta(mem.conn, "embedder_name"), connection.get_meta(mem.conn, "embedder_dim"))
         assert 3 == mem.conn.execute("select count(*) from turns_vec").fetchone()[0]
-        assert [m["content"] for m in ALICE] == [r["content"] for r in mem.turns(ids)]
+        assert [m["content"] for m in ALICE] == [r["content"] for r in mem.turns(ids, user="alice")]
     with memdb.open(db_path, embedder=HashEmbedder(32, name="small"), extract="defer") as mem:
         assert ids[2] == mem.search("咖啡", user="alice", layer="turns")[0].id
 
@@ -191,15 +213,29 @@ def test_stats_counts(mem):
     assert 2 == mem.stats()["users"]
 
 
-def test_unloadable_embedder_degrades_to_keyword_only(db_path, tmp_path, caplog):
+def test_an_explicit_embedder_that_cannot_load_is_refused(db_path, tmp_path):
+    # It used to warn and run keyword-only: turns stored without vectors, nothing said so.
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"not a gguf file at all")
+    with pytest.raises(memdb.EmbedderUnavailable, match="broken.gguf"):
+        memdb.open(db_path, embedder=str(broken), extract="defer")
+    with pytest.raises(memdb.EmbedderUnavailable):
+        memdb.open(db_path, embedder="/no/such/model.gguf", extract="defer")
+
+
+def test_the_bundled_embedder_that_cannot_load_degrades_to_keyword_only(db_path, monkeypatch, caplog):
+    from memdb.models import embedders
+
+    def fail(*args, **kwargs):
+        raise memdb.EmbedderUnavailable("the bundled weights are missing")
+
+    monkeypatch.setattr(embedders, "load", fail)
     with caplog.at_level("WARNING", logger="memdb"):
-        with memdb.open(db_path, embedder=str(broken), extract="defer") as mem:
+        with memdb.open(db_path, extract="defer") as mem:
             (tid,) = mem.add([{"content": "The staging server is called Hermes."}], user="u")
             assert [tid] == [h.id for h in mem.search("Hermes", user="u")]
             stats = mem.stats()
-    assert stats["keyword_only"] and "broken.gguf" in stats["embedder_error"]
+    assert stats["keyword_only"] and "bundled weights" in stats["embedder_error"]
     assert 1 == caplog.text.count("running keyword-only")
 
 

@@ -21,7 +21,7 @@ from ..checks import now
 from ..errors import EmbedderMismatch, SchemaError
 
 APPLICATION_ID = 0x6D656D64  # "memd"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -44,6 +44,14 @@ def _record_views() -> str:
 # Migrations: MIGRATIONS[v] takes a file from user_version v to v + 1.
 MIGRATIONS: dict[int, str] = {
     1: _record_views(),  # the atom's fields readable from stock sqlite3 (atom_fields_v, atom_records_v)
+    # 2 → 3: FTS5 secure-delete on, and one optimize that drops the terms earlier updates and
+    # deletes left behind in old segments (a merged atom's rewritten row, a forgotten turn).
+    2: """
+    insert into "atoms_fts" ("atoms_fts", "rank") values ('secure-delete', 1);
+    insert into "turns_fts" ("turns_fts", "rank") values ('secure-delete', 1);
+    insert into "atoms_fts" ("atoms_fts") values ('optimize');
+    insert into "turns_fts" ("turns_fts") values ('optimize');
+    """,
 }
 
 
@@ -102,7 +110,8 @@ def _check_file(conn: apsw.Connection, path: str) -> None:
         ).fetchone()
     except (apsw.NotADBError, apsw.CorruptError) as exc:
         raise SchemaError(f"{path!r} is not a readable SQLite file ({exc}); it was left untouched") from exc
-    if tables and app_id != APPLICATION_ID:
+    # Another application's file may hold no table yet and still say whose it is.
+    if (tables or app_id) and app_id != APPLICATION_ID:
         raise SchemaError(
             f"{path!r} is an SQLite file but not a memdb file (application_id {app_id}); "
             "open a memdb file or a new path"
@@ -144,7 +153,8 @@ def write(conn: apsw.Connection) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        conn.execute("rollback")
+        if not conn.getautocommit():  # SQLite already rolled back after a full disk or I/O error
+            conn.execute("rollback")
         raise
     conn.execute("commit")
 
@@ -195,6 +205,7 @@ def create_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
     conn.execute(_schema_parts()[1].replace("{dim}", str(int(dim))))
     set_meta(conn, "embedder_name", name)
     set_meta(conn, "embedder_dim", str(int(dim)))
+    set_meta(conn, "vectors_missing", "1")  # rows written before there were vector tables
     vectors_changed(conn)
 
 

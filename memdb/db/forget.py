@@ -25,23 +25,30 @@ BULK_DELETE_ROWS = 200
 def scrubbed_fts(conn: apsw.Connection, table: str, count: int) -> Iterator[None]:
     """Delete FTS rows so that their terms leave the file, not only the index's answers.
 
-    By default FTS5 deletes by adding a tombstone and keeps the old terms in its segments
-    (readable in the file's bytes) until a merge. Small deletes use FTS5 'secure-delete'
-    (SQLite >= 3.42), which removes the terms in place; bulk deletes use tombstones and then
-    one 'optimize', which rewrites the index without them. Freed pages are zeroed by
-    `pragma secure_delete`. Call inside write().
+    The tables keep FTS5 'secure-delete' on (schema.sql), which removes a deleted or updated
+    row's terms in place. Bulk deletes turn it off for the delete, then 'rebuild' the index
+    from its content: faster than many in-place deletes, and a rebuilt index holds no trace of
+    the deleted rows, neither in its segments nor as a term prefix in the %_idx b-tree (whose
+    interior pages keep copies of keys deleted from the leaves; 'optimize' leaves those).
+    Freed pages are zeroed by `pragma secure_delete`. Call inside write().
     """
     bulk = count > BULK_DELETE_ROWS
-    conn.execute(f'insert into "{table}" ("{table}", rank) values (\'secure-delete\', ?)', (0 if bulk else 1,))
-    yield
     if bulk:
-        conn.execute(f'insert into "{table}" ("{table}") values (\'optimize\')')
+        conn.execute(f'insert into "{table}" ("{table}", rank) values (\'secure-delete\', 0)')
+    try:
+        yield
+    finally:
+        if bulk:
+            conn.execute(f'insert into "{table}" ("{table}", rank) values (\'secure-delete\', 1)')
+    if bulk:
+        conn.execute(f'insert into "{table}" ("{table}") values (\'rebuild\')')
 
 
 def delete_atoms(conn: apsw.Connection, atom_ids: Sequence[int]) -> None:
     """Delete atoms with their FTS rows and vectors (sources and conflicts cascade). What they
     decided about other atoms goes too: an atom left with no conflict partner is plain active
     again, and an atom they had superseded holds again, or is superseded by their successor."""
+    rows.remember_high_ids(conn)
     vectors = connection.has_vectors(conn)
     if vectors:
         connection.vectors_changed(conn)
@@ -88,6 +95,7 @@ def _relinks(conn: apsw.Connection, deleted: set[int]) -> list[tuple[int, int | 
 
 def delete_turns(conn: apsw.Connection, turn_ids: Sequence[int]) -> None:
     """Delete turns with their FTS rows and vectors, and the atoms left with no source."""
+    rows.remember_high_ids(conn)
     vectors = connection.has_vectors(conn)
     if vectors:
         connection.vectors_changed(conn)

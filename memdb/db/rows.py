@@ -73,6 +73,67 @@ def parse_ids(value: object) -> list[int]:
     return sorted(int(t) for t in str(value).split(",")) if value is not None and value != "" else []
 
 
+# ---------------------------------------------------------------- ids
+
+
+def next_id(table: str) -> str:
+    """SQL for the next id of table ("turns" | "atoms"): above every id it holds and every id it
+    ever held. SQLite's own choice is max(id) + 1, so forgetting the newest rows handed their
+    ids to the next user, and an id an app kept would open someone else's row."""
+    return (f'(select max(coalesce((select max("id") from "{table}"), 0), coalesce((select cast("value" as integer) '
+            f'from "meta" where "key" = \'{table}_high_id\'), 0)) + 1)')
+
+
+def remember_high_ids(conn: apsw.Connection) -> None:
+    """Record the highest turn and atom ids before rows are deleted (next_id stays above them)."""
+    for table in ("turns", "atoms"):
+        conn.execute(f'insert into "meta" ("key", "value") select \'{table}_high_id\', max("id") from "{table}" '
+                     'where true on conflict ("key") do update set "value" = '
+                     'max(cast("value" as integer), cast(excluded."value" as integer)) where excluded."value" is not null')
+
+
+# ---------------------------------------------------------------- vectors stored later
+
+
+def vectors_missing(conn: apsw.Connection) -> None:
+    """Note that a row was stored without a vector: the next writer with an embedder looks for
+    such rows (a flag, so that writers with nothing to fill never scan for them)."""
+    if connection.get_meta(conn, "vectors_missing") != "1":
+        connection.set_meta(conn, "vectors_missing", "1")
+
+
+def missing_vectors(conn: apsw.Connection, table: str, limit: int) -> list[tuple[int, str, str]]:
+    """(id, user, text) of up to limit rows of table ("turns" | "atoms") without a vector."""
+    text_column = "content" if table == "turns" else "text"
+    return conn.execute(
+        f'select t."id", t."user", t."{text_column}" from "{table}" t where not exists '
+        f'(select 1 from "{table}_vec_rowids" r where r."rowid" = t."id") order by t."id" limit ?', (limit,)).fetchall()
+
+
+def count_missing_vectors(conn: apsw.Connection, user: str | None) -> dict[str, int]:
+    """How many turns and atoms (of user, or of the file) have no vector yet."""
+    has = connection.has_vectors(conn)
+    out = {}
+    for table in ("turns", "atoms"):
+        missing = (f' and not exists (select 1 from "{table}_vec_rowids" r where r."rowid" = t."id")' if has else "")
+        where = 'where t."user" = ?' if user is not None else "where true"
+        out[table] = conn.execute(f'select count(*) from "{table}" t {where}{missing}',
+                                  (user,) if user is not None else ()).fetchone()[0]
+    return out
+
+
+def add_vector(conn: apsw.Connection, table: str, row_id: int, user: str, vector: np.ndarray) -> None:
+    """Store the vector of a turn or atom that had none. Call inside write()."""
+    if table == "turns":
+        conn.execute('insert into "turns_vec" ("turn_id", "user", "embedding") values (?, ?, ?)',
+                     (row_id, user, as_blob(vector)))
+    else:
+        active = conn.execute('select "status" != ? from "atoms" where "id" = ?',
+                              (codec.STATUSES["superseded"], row_id)).fetchone()[0]
+        conn.execute('insert into "atoms_vec" ("atom_id", "user", "active", "embedding") values (?, ?, ?, ?)',
+                     (row_id, user, active, as_blob(vector)))
+
+
 # ---------------------------------------------------------------- L0 turns
 
 
@@ -98,11 +159,13 @@ def insert_turn(
 ) -> int:
     """Write one turn with its FTS row and vector. Call inside write()."""
     conn.execute(
-        'insert into "turns" ("user", "session", "seq", "role", "speaker", "content", "ts", "created_at") '
-        "values (?, ?, ?, ?, ?, ?, ?, ?)",
+        'insert into "turns" ("id", "user", "session", "seq", "role", "speaker", "content", "ts", "created_at") '
+        f"values ({next_id('turns')}, ?, ?, ?, ?, ?, ?, ?, ?)",
         (user, session, seq, codec.ROLES[role], speaker, content, ts, now()),
     )
     turn_id = conn.last_insert_rowid()
+    if vector is None:
+        vectors_missing(conn)
     conn.execute(
         'insert into "turns_fts" ("rowid", "u", "speaker", "content") values (?, ?, ?, ?)',
         (turn_id, user_tag(user), speaker or "", text.segment(content)),
@@ -141,12 +204,14 @@ def insert_atom(
     keywords = " ".join(text.terms(line))
     valid_from = record.get("date") or first_seen
     conn.execute(
-        'insert into "atoms" ("user", "kind", "record", "text", "keywords", "confidence", '
-        '"first_seen", "last_seen", "valid_from", "created_at") values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+        'insert into "atoms" ("id", "user", "kind", "record", "text", "keywords", "confidence", '
+        f'"first_seen", "last_seen", "valid_from", "created_at") values ({next_id("atoms")}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
         (user, codec.KINDS[record["kind"]], codec.pack(record), line, keywords,
          _clamp(confidence), first_seen, last_seen, valid_from, now()),
     )
     atom_id = conn.last_insert_rowid()
+    if vector is None:
+        vectors_missing(conn)
     _link_sources(conn, atom_id, turn_ids)
     subject = " ".join(filter(None, (record.get("subject"), record.get("predicate"))))
     value = " ".join(filter(None, (record.get("object"), record.get("domain"), record.get("outcome"))))
@@ -238,12 +303,14 @@ TURN_KEYS = ("id", "user", "session", "seq", "role", "speaker", "content", "ts",
 
 def read_turns(conn: apsw.Connection, turn_ids: Sequence[int], user: str | None = None) -> list[dict]:
     """L0 rows by id as dicts (of user only, when given), in id order."""
-    marks = ",".join("?" * len(turn_ids))
     columns = ", ".join(f'"{k}"' for k in TURN_KEYS)
-    sql = (f'select {columns} from "turns" where "id" in ({marks})'
-           + (' and "user" = ?' if user is not None else "") + ' order by "id"')
-    args = (*turn_ids, user) if user is not None else tuple(turn_ids)
-    return _turn_dicts(conn.execute(sql, args).fetchall())
+    found = []
+    for i in range(0, len(turn_ids), 500):  # SQLite binds at most 32,766 values per statement
+        part = turn_ids[i:i + 500]
+        sql = (f'select {columns} from "turns" where "id" in ({",".join("?" * len(part))})'
+               + (' and "user" = ?' if user is not None else ""))
+        found += conn.execute(sql, (*part, user) if user is not None else tuple(part)).fetchall()
+    return _turn_dicts(sorted(set(found)))
 
 
 def _turn_dicts(found: list[tuple]) -> list[dict]:
@@ -280,10 +347,11 @@ with recursive chain("id") as (
 )"""
 
 
-def history(conn: apsw.Connection, atom_id: int) -> list[Atom]:
-    """The chain of versions atom_id belongs to, oldest first."""
-    return read_atoms(conn, 'where a."id" in (select "id" from chain) order by a."first_seen", a."id"',
-                      (atom_id,), prefix=CHAIN_CTE)
+def history(conn: apsw.Connection, atom_id: int, user: str) -> list[Atom]:
+    """The chain of versions atom_id belongs to, oldest first (user's atoms only: merges and
+    supersessions never cross users, and a read never does either)."""
+    return read_atoms(conn, 'where a."id" in (select "id" from chain) and a."user" = ? '
+                      'order by a."first_seen", a."id"', (atom_id, user), prefix=CHAIN_CTE)
 
 
 def profile(conn: apsw.Connection, user: str) -> list[Atom]:
@@ -321,10 +389,9 @@ def user_turn_ids(conn: apsw.Connection, user: str) -> list[int]:
     return [r[0] for r in conn.execute('select "id" from "turns" where "user" = ? order by "id"', (user,))]
 
 
-def exists(conn: apsw.Connection, table: str, row_id: int, user: str | None = None) -> bool:
-    """Whether table ("atoms" | "turns") has row_id (of user, when given)."""
-    sql = f'select 1 from "{table}" where "id" = ?' + (' and "user" = ?' if user is not None else "")
-    return conn.execute(sql, (row_id, user) if user is not None else (row_id,)).fetchone() is not None
+def exists(conn: apsw.Connection, table: str, row_id: int, user: str) -> bool:
+    """Whether table ("atoms" | "turns") has row_id of user."""
+    return conn.execute(f'select 1 from "{table}" where "id" = ? and "user" = ?', (row_id, user)).fetchone() is not None
 
 
 def counts(conn: apsw.Connection) -> tuple[int, int]:

@@ -172,6 +172,8 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
             and record["subject"].lower() not in sentence.lower()):
         # The model put the other speaker's name on a first-person statement ("I went…" → them).
         record["subject"] = speaker
+    if gate.instructs(turn.content):
+        return None, "an instruction to the memory"
     if gate.addressed(record, listener):
         return None, "addressed to the listener"
     why = ground(record, turn.content, names | {speaker}, extractive=extractive)

@@ -9,6 +9,7 @@ memdb is handed to it (`Needs`): the connection and its lock, the model, the emb
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -82,8 +83,9 @@ def _pending(needs: Needs, user: str | None, turn_ids: list[int] | None, limit: 
         sql += ' and "user" = ?'
         args.append(user)
     if turn_ids is not None:
-        sql += f' and "id" in ({",".join("?" * len(turn_ids))})'
-        args += list(turn_ids)
+        # One JSON array, not one parameter per id: SQLite binds at most 32,766 values.
+        sql += ' and "id" in (select "value" from json_each(?))'
+        args.append(json.dumps(list(turn_ids)))
     sql += ' order by "user", "session", "seq"'
     if limit is not None:
         sql += " limit ?"
