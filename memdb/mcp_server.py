@@ -13,7 +13,7 @@ import functools
 from typing import Any
 
 from . import __version__
-from .errors import InvalidInput, MemdbError, NotFound
+from .errors import InvalidInput, MemdbError
 from .memory import Memory
 
 INSTRUCTIONS = """Long-term memory of the user across conversations.
@@ -94,18 +94,12 @@ def serve(mem: Memory, *, user: str | None = None) -> None:
 
 
 def _forget(mem: Memory, user: str, *, atom_id: int | None, turn_id: int | None, everything: bool) -> dict[str, int]:
-    # Memory.forget(atom_id=) deletes any user's atom: check ownership first, so a client of one
-    # user cannot delete another's memory by guessing ids.
     if sum([atom_id is not None, turn_id is not None, everything]) != 1:
         raise InvalidInput("forget takes exactly one of atom_id, turn_id, everything=true")
     if everything:
         return mem.forget(user=user)
-    if atom_id is not None:
-        mem.get(atom_id, user=user)
-        return mem.forget(atom_id=atom_id)
-    if not mem.turns([turn_id], user=user):
-        raise NotFound(f"no turn with id {turn_id} for user {user!r}")
-    return mem.forget(turn_id=turn_id)
+    # Scoped to the user: another user's id is NotFound, never deleted.
+    return mem.forget(user=user, atom_id=atom_id, turn_id=turn_id)
 
 
 def _hit(hit: Any) -> dict[str, Any]:

@@ -21,7 +21,7 @@ TRANSCRIPT = [
 
 
 def stored(mem, ids):
-    return [(t["role"], t["speaker"], t["content"]) for t in mem.turns(ids)]
+    return [(t["role"], t["speaker"], t["content"]) for t in mem.turns(ids, user="alice")]
 
 
 def test_an_openai_transcript_is_stored_as_is_with_tool_turns_kept_as_evidence(mem):

@@ -101,7 +101,7 @@ def test_export_pairs_gives_each_extracted_turn_its_context_and_atoms(tmp_path, 
 # ---------------------------------------------------------------- rough edges a new user hits (issues 15, 16)
 
 READ_ONLY = [["search", "-u", "a", "x"], ["context", "-u", "a", "x"], ["profile", "-u", "a"],
-             ["events", "-u", "a"], ["show", "turn", "1"], ["stats"], ["export", "-u", "a"]]
+             ["events", "-u", "a"], ["show", "-u", "a", "turn", "1"], ["stats"], ["export", "-u", "a"]]
 
 
 @pytest.mark.parametrize("argv", READ_ONLY, ids=[a[0] for a in READ_ONLY])
@@ -199,7 +199,7 @@ def test_version(capsys):
 
 @pytest.mark.parametrize("argv", [["search", "{db}", "-u", "alice", "x", "--budget", "10"],
                                   ["profile", "{db}", "-u", "alice", "--embedder", "none"],
-                                  ["show", "{db}", "turn", "1", "--llm", "x.gguf"],
+                                  ["show", "{db}", "-u", "alice", "turn", "1", "--llm", "x.gguf"],
                                   ["export", "{db}", "-u", "alice", "--threads", "2"],
                                   ["search", "{db}", "-u", "alice", "x", "--llm", "x.gguf"]])
 def test_options_that_would_do_nothing_are_refused(filled, capsys, argv):

@@ -159,9 +159,10 @@ def test_an_empty_path_is_refused():
 
 def test_a_version_1_file_is_migrated_to_fts_secure_delete(db_path):
     memdb.open(db_path, embedder=None).close()
-    conn = apsw.Connection(str(db_path))  # what a version-1 file looks like: secure-delete off
+    conn = apsw.Connection(str(db_path))  # what a version-1 file looks like: secure-delete off, no record views
     for table in ("atoms_fts", "turns_fts"):
         conn.execute(f"delete from {table}_config where k = 'secure-delete'")
+    conn.execute('drop view "atom_records_v"; drop view "atom_fields_v"; drop table "record_keys"')
     conn.execute("pragma user_version = 1")
     conn.close()
     with memdb.open(db_path, embedder=None) as mem:
@@ -283,5 +284,5 @@ def test_a_version_1_file_gets_the_record_views(db_path):
         mem.conn.execute('drop table "record_keys"')
         mem.conn.execute("pragma user_version = 1")
     with memdb.open(db_path, embedder=None) as mem:
-        assert (2, []) == (mem.conn.execute("pragma user_version").fetchone()[0],
+        assert (connection.SCHEMA_VERSION, []) == (mem.conn.execute("pragma user_version").fetchone()[0],
                            mem.conn.execute("select * from atom_records_v").fetchall())

@@ -52,7 +52,7 @@ class MemdbChatMessageHistory(BaseChatMessageHistory):
     def clear(self) -> None:
         """Forget every turn of this session, with the atoms that came only from them."""
         for turn in self._turns():
-            self.mem.forget(turn_id=turn["id"])
+            self.mem.forget(user=self.user, turn_id=turn["id"])
 
     def _turns(self) -> list[dict]:
         turns = []
