@@ -102,19 +102,26 @@ class Settings:
     term_counts_growth: float = 1.1
     vector_copy_min: int = 500
     vector_copy_mb: float = 1024.0
+    # Users with at least keyword_copy_min rows in a layer have their postings copied into memory
+    # on their first search and scored there by bm25 over every query term, with their own
+    # statistics (index/keywords.py; bench/results/scale.json: 100k atoms at full-bm25 recall),
+    # up to keyword_copy_mb in all (0 disables it: FTS5 answers, pruned by keyword_postings).
+    keyword_copy_min: int = 500
+    keyword_copy_mb: float = 1024.0
 
     def __post_init__(self) -> None:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
         for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
-        for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence"):
+        for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",
+                     "keyword_copy_min"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",
                      "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",
                      "merge_min_overlap", "merge_gain", "comparable_confidence", "cancel_overlap", "freshness_floor",
                      "confidence_floor", "session_weight"):
             _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
-        for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb"):
+        for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb", "keyword_copy_mb"):
             _check(_is_number(getattr(self, name), 0, float("inf")), name, "a non-negative number")
         _check(_is_number(self.term_counts_growth, 1, float("inf")), "term_counts_growth", "a number of at least 1")
         _check(set(self.alpha) == set(INTENTS) and all(_is_number(v, 0, 1) for v in self.alpha.values()),

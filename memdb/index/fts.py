@@ -30,7 +30,7 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     are common for this user: pruning by them lost 18% of MRR at 1,000 users x 1k atoms
     (bench/scale.py), so it is left to single-user files.
     """
-    terms = [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
+    terms = query_terms(query)
     sole = _sole_user(conn, layer, user)
     if sole and term_counts is not None and postings and terms:
         terms = _affordable(terms, term_counts.count(conn, layer, terms, postings), postings)
@@ -38,6 +38,11 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
         return None
     expression = " OR ".join(text.quote(t) for t in terms)
     return expression if sole else f'u : "{user_tag(user)}" AND ({expression})'
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's searchable terms, in order: each becomes one phrase of an OR."""
+    return [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
 
 
 def _affordable(terms: list[str], counts: list[int], postings: int) -> list[str]:
