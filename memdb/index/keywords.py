@@ -16,8 +16,8 @@ the table's stored content, so a row's tokens are exactly those FTS5 indexed.
 
 A copy is checked like the vector copies (copies.stamp): when the file may have changed, the
 user's (id, version) pairs are read again, where an atom's version is its "seen" count (a merge,
-the one path that rewrites an atom's FTS row besides forget, bumps it) and the file's
-'vectors_epoch' (bumped by forget) forces a reload. New and changed rows are tokenized into a
+the one path that rewrites an atom's FTS row besides forget, bumps it); a forgotten turn, which
+rewrites the source words of the atoms it fed, forces a reload of the atoms' copy. New and changed rows are tokenized into a
 tail that is folded into the sorted postings once it grows; removed and rewritten rows are
 dropped by a live flag. Inside a transaction FTS5 answers (None), as it sees the uncommitted rows.
 """
@@ -34,7 +34,6 @@ import apsw
 import numpy as np
 
 from .. import text
-from ..db import connection
 from .copies import stamp
 
 K1, B = 1.2, 0.75  # FTS5's bm25 constants (fts5_aux.c)
@@ -82,8 +81,8 @@ class KeywordCopy:
     live: np.ndarray
     sorted: Postings
     tail: Postings
-    epoch: str | None = None
     stamp: tuple[int, int] = (0, 0)
+    turns: tuple[int, int] = (0, 0)  # the user's turns when last read: how many, the highest id
     _norm: tuple[int, np.ndarray] | None = None  # _statistics(), until rows change
 
     @classmethod
@@ -158,6 +157,17 @@ class KeywordCopy:
         return [(int(self.ids[i]), float(scores[i])) for i in found]
 
 
+def _turns_held(conn: apsw.Connection, user: str) -> tuple[int, int]:
+    return conn.execute('select count(*), coalesce(max("id"), 0) from "turns" where "user" = ?', (user,)).fetchone()
+
+
+def _turn_forgotten(conn: apsw.Connection, user: str, then: tuple[int, int], now: tuple[int, int]) -> bool:
+    # Turn ids are never reused: fewer turns than were held plus those written since means
+    # some were deleted.
+    since = conn.execute('select count(*) from "turns" where "user" = ? and "id" > ?', (user, then[1])).fetchone()[0]
+    return then[0] + since != now[0]
+
+
 class KeywordCopies:
     """The keyword copies of one connection, with one vocabulary (term -> id) they share. Not
     thread-safe: Memory holds its lock around every use, as it does for the connection."""
@@ -181,17 +191,12 @@ class KeywordCopies:
             return None
         if self._tokenizer is None:  # the tokenizer schema.sql declares for both FTS tables
             self._tokenizer = conn.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
-        ids: list[int | None] = []
-        for term in terms:
-            tokens = self._tokenizer(text.quote(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None,
-                              include_offsets=False, include_colocated=False)
-            if len(tokens) > 1:
-                return None  # a phrase: FTS5 checks positions, which a copy does not keep
-            if tokens:
-                ids.append(self.vocabulary.get(tokens[0]))
-        copy = self._current(conn, layer, user)
-        return None if copy is None else copy.top_k(ids, k)
-
+        tokens = [self._tokenizer(text.quote(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None,
+                                  include_offsets=False, include_colocated=False) for term in terms]
+        if any(len(t) > 1 for t in tokens):
+            return None  # a phrase: FTS5 checks positions, which a copy does not keep
+        copy = self._current(conn, layer, user)  # first: it may bring the terms' ids
+        return None if copy is None else copy.top_k([self.vocabulary.get(t[0]) for t in tokens if t], k)
 
     def _current(self, conn: apsw.Connection, layer: str, user: str) -> KeywordCopy | None:
         key = (layer, user)
@@ -202,9 +207,9 @@ class KeywordCopies:
             return copy
         if self.small.get(key) == now:
             return None
-        epoch = connection.get_meta(conn, "vectors_epoch")  # bumped by forget
-        if copy is not None and copy.epoch != epoch:
-            del self.copies[key]
+        turns = _turns_held(conn, user)
+        if copy is not None and layer == "atoms" and _turn_forgotten(conn, user, copy.turns, turns):
+            del self.copies[key]  # its atoms' source words were re-indexed without it
             copy = None
         _, table, version = LAYERS[layer]
         rows = conn.execute(f'select "id", {version} from "{table}" where "user" = ? order by "id"', (user,)).fetchall()
@@ -215,9 +220,9 @@ class KeywordCopies:
             self.vocabulary.clear()
             self.copies.clear()
             copy = None
-        copy = copy or KeywordCopy.empty(epoch=epoch)
+        copy = copy or KeywordCopy.empty()
         self._catch_up(conn, layer, copy, rows)
-        copy.stamp = now
+        copy.stamp, copy.turns = now, turns
         self.copies[key] = copy
         self.copies.move_to_end(key)
         return self._evict(key, now)
