@@ -62,6 +62,7 @@ CONFIGS = {  # name: (total atoms, users)
     "100k": (100_000, 1),
     "1M": (1_000_000, 1),
     "1000x1k": (1_000_000, 1_000),
+    "300x1k": (300_000, 300),  # the many-users shape in a file a shared machine builds in minutes
 }
 K = 10
 RESULTS = ROOT / "bench" / "results"
