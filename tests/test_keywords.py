@@ -146,3 +146,11 @@ def test_search_with_keyword_copies_returns_what_full_bm25_returns(copied):
             with_copy = search_fusion.search(copied.conn, query, settings=copied.settings, keywords=copied.keywords, **args)
             without = search_fusion.search(copied.conn, query, settings=plain, **args)
             assert [round(h.score, 9) for h in without] == [round(h.score, 9) for h in with_copy]
+
+
+def test_a_forgotten_user_leaves_no_copy(copied):
+    say(copied, 10)
+    by_copy(copied, "turns", "alice", "coffee")
+    copied.forget(user="alice")
+    assert None is by_copy(copied, "turns", "alice", "coffee")
+    assert {} == dict(copied.keywords.copies)

@@ -213,7 +213,8 @@ class KeywordCopies:
             copy = None
         _, table, version = LAYERS[layer]
         rows = conn.execute(f'select "id", {version} from "{table}" where "user" = ? order by "id"', (user,)).fetchall()
-        if copy is None and len(rows) < self.keyword_copy_min:
+        if len(rows) < self.keyword_copy_min:  # also a user forgotten: their words leave memory
+            self.copies.pop(key, None)
             self.small[key] = now
             return None
         if len(self.vocabulary) > MAX_VOCABULARY:
