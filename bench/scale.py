@@ -227,7 +227,8 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     # What Memory keeps per connection: the vector copies and the term counts (index/).
     copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
     keywords = KeywordCopies(keyword_copy_min=settings.keyword_copy_min, keyword_copy_mb=args.keyword_copy_mb,
-                             atom_columns=settings.atom_columns, turn_columns=settings.turn_columns)
+                             atom_columns=settings.atom_columns, turn_columns=settings.turn_columns,
+                             shared=args.keyword_shared)
     today = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth)}
     indexes = {**today, "keywords": keywords}
     pool = max(settings.candidate_pool, settings.pool_per_hit * K)
@@ -549,6 +550,9 @@ def main() -> None:
                        help="memory for in-process vector copies (Settings.vector_copy_mb)")
         p.add_argument("--keyword-copy-mb", type=float, default=Settings().keyword_copy_mb,
                        help="memory for in-process keyword copies (Settings.keyword_copy_mb; 0: FTS5 answers)")
+        p.add_argument("--keyword-shared", action="store_true",
+                       help="keyword copies in files of many users too, scored with each user's statistics "
+                            "(Settings.keyword_copy_shared)")
         p.add_argument("--postings", type=int, default=None,
                        help="Settings.keyword_postings for this run (default: the library's)")
         p.add_argument("--baseline-queries", type=int, default=10**9,
@@ -575,16 +579,18 @@ def main() -> None:
         print(f"[{name}] measuring", file=sys.stderr)
         measured = child("measure", db=db, queries=args.queries, insert=args.insert, absorb=args.absorb,
                          quant=args.quant, quant_queries=args.quant_queries, copy_mb=args.copy_mb,
-                         keyword_copy_mb=args.keyword_copy_mb,
+                         keyword_copy_mb=args.keyword_copy_mb, keyword_shared=args.keyword_shared,
                          baseline_queries=args.baseline_queries, postings=args.postings)
         entry.update({"config": {"atoms": atoms, "users": users},
                       "settings": {"keyword_postings": args.postings if args.postings is not None else Settings().keyword_postings,
                                    "vector_copy_min": Settings().vector_copy_min, "vector_copy_mb": args.copy_mb,
-                                   "keyword_copy_min": Settings().keyword_copy_min, "keyword_copy_mb": args.keyword_copy_mb},
+                                   "keyword_copy_min": Settings().keyword_copy_min, "keyword_copy_mb": args.keyword_copy_mb,
+                                   "keyword_copy_shared": args.keyword_shared},
                       **measured,
                       "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                       "command": " ".join(["python", "bench/scale.py", *sys.argv[1:]]), "machine": machine()})
-        results[name if args.postings is None else f"{name} postings={args.postings}"] = entry
+        key = name if args.postings is None else f"{name} postings={args.postings}"
+        results[key + (" keyword_copy_shared" if args.keyword_shared else "")] = entry
         args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False))
         lat = measured["latency_ms"]
         print(f"[{name}] atoms search p50/p95/p99 {lat['atoms']['search']['p50']:.1f}/{lat['atoms']['search']['p95']:.1f}/"

@@ -106,11 +106,17 @@ class Settings:
     # on their first search and scored there by bm25 over every query term, with their own
     # statistics (index/keywords.py; bench/results/scale.json: 100k atoms at full-bm25 recall),
     # up to keyword_copy_mb in all (0 disables it: FTS5 answers, pruned by keyword_postings).
+    # In a file of several users the copy would score with the user's own statistics, not
+    # the file's as FTS5 does: faster (300 users x 1k atoms: p95 2.8x lower) but, on synthetic
+    # gold, hit@10 0.663 vs 0.690 (bench/results/scale_keywords.json); off until per-user
+    # statistics are decided for FTS5 too.
     keyword_copy_min: int = 500
     keyword_copy_mb: float = 1024.0
+    keyword_copy_shared: bool = False
 
     def __post_init__(self) -> None:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
+        _check(isinstance(self.keyword_copy_shared, bool), "keyword_copy_shared", "True or False")
         for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",

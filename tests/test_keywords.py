@@ -74,15 +74,18 @@ def test_a_sole_users_copy_ranks_like_fts5(copied):
     assert {("atoms", "alice"), ("turns", "alice")} == set(copied.keywords.copies)
 
 
-def test_in_a_shared_file_the_user_is_scored_by_their_own_statistics(copied, tmp_path, embedder):
+def test_in_a_shared_file_copies_serve_only_when_asked_with_the_users_own_statistics(copied, db_path, tmp_path,
+                                                                                      embedder):
     say(copied, 60, seed=1)
     say(copied, 200, user="bob", seed=2)  # many more rows: other counts, other lengths
-    with memdb.open(tmp_path / "alone.db", embedder=embedder, extract="defer") as alone:
+    assert None is by_copy(copied, "atoms", "alice", "coffee")  # FTS5 answers, with the file's statistics
+    settings = memdb.Settings(keyword_copy_min=1, keyword_copy_shared=True)
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as shared, \
+            memdb.open(tmp_path / "alone.db", embedder=embedder, extract="defer") as alone:
         say(alone, 60, seed=1)
         for layer in ("atoms", "turns"):
             for query in QUERIES:
-                expected = by_fts(alone, layer, "alice", query)
-                assert_same_ranking(expected, by_copy(copied, layer, "alice", query))
+                assert_same_ranking(by_fts(alone, layer, "alice", query), by_copy(shared, layer, "alice", query))
 
 
 def test_the_copy_sees_new_rows_merges_and_other_connections(copied, db_path, embedder):

@@ -31,7 +31,7 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     (bench/scale.py), so it is left to single-user files.
     """
     terms = query_terms(query)
-    sole = _sole_user(conn, layer, user)
+    sole = sole_user(conn, layer, user)
     if sole and term_counts is not None and postings and terms:
         terms = _affordable(terms, term_counts.count(conn, layer, terms, postings), postings)
     if not terms:
@@ -57,7 +57,8 @@ def _affordable(terms: list[str], counts: list[int], postings: int) -> list[str]
     return [t for t in terms if t in kept]
 
 
-def _sole_user(conn: apsw.Connection, layer: str, user: str) -> bool:
+def sole_user(conn: apsw.Connection, layer: str, user: str) -> bool:
+    """Whether user is the only one with rows in layer."""
     # Two subqueries, each answered from the user index in O(log n) (a single select with
     # both min() and max() would scan it).
     row = conn.execute(

@@ -9,17 +9,19 @@ term, the rows holding it and its column-weighted count there, and per row its l
 then costs a few array operations per term.
 
 Scores are FTS5's bm25 (k1 1.2, b 0.75, the same column weights, idf floored at 1e-6), so in a
-file of one user the ranking is the one FTS5 gives; the statistics (row count, average length,
-rows per term) are the user's own, which in a file of many users is what scoring one user's
-memories asks for (FTS5's are the whole file's). Text is tokenized by FTS5's own tokenizer over
-the table's stored content, so a row's tokens are exactly those FTS5 indexed.
+file of one user the ranking is the one FTS5 gives. The statistics (row count, average length,
+rows per term) are the user's own: in a file of many users FTS5 uses the whole file's, so there
+copies serve only when `shared` (Settings.keyword_copy_shared) asks for per-user statistics.
+Text is tokenized by FTS5's own tokenizer over the table's stored content, so a row's tokens
+are exactly those FTS5 indexed.
 
 A copy is checked like the vector copies (copies.stamp): when the file may have changed, the
 user's (id, version) pairs are read again, where an atom's version is its "seen" count (a merge,
 the one path that rewrites an atom's FTS row besides forget, bumps it); a forgotten turn, which
-rewrites the source words of the atoms it fed, forces a reload of the atoms' copy. New and changed rows are tokenized into a
-tail that is folded into the sorted postings once it grows; removed and rewritten rows are
-dropped by a live flag. Inside a transaction FTS5 answers (None), as it sees the uncommitted rows.
+rewrites the source words of the atoms it fed, forces a reload of the atoms' copy. New and
+changed rows are tokenized into a tail that is folded into the sorted postings once it grows;
+removed and rewritten rows are dropped by a live flag. Inside a transaction FTS5 answers
+(None), as it sees the uncommitted rows.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import apsw
 import numpy as np
 
 from .. import text
+from . import fts
 from .copies import stamp
 
 K1, B = 1.2, 0.75  # FTS5's bm25 constants (fts5_aux.c)
@@ -173,8 +176,9 @@ class KeywordCopies:
     thread-safe: Memory holds its lock around every use, as it does for the connection."""
 
     def __init__(self, *, keyword_copy_min: int, keyword_copy_mb: float,
-                 atom_columns: tuple[float, ...], turn_columns: tuple[float, ...]) -> None:
+                 atom_columns: tuple[float, ...], turn_columns: tuple[float, ...], shared: bool = False) -> None:
         self.keyword_copy_min = keyword_copy_min
+        self.shared = shared
         self.keyword_copy_bytes = int(keyword_copy_mb * 2**20)
         self.weights = {"atoms": np.array(atom_columns), "turns": np.array(turn_columns)}
         self.vocabulary: dict[str, int] = {}
@@ -186,8 +190,12 @@ class KeywordCopies:
               k: int) -> list[tuple[int, float]] | None:
         """(id, bm25) of the user's k best rows in layer for the query terms (as fts.query_terms
         gives them), or None when FTS5 should answer (a small user, a copy over budget, inside
-        a transaction, a term that FTS5 would read as a phrase of several tokens)."""
+        a transaction, a term that FTS5 would read as a phrase of several tokens, another user
+        in the file unless shared)."""
         if not self.keyword_copy_bytes or not conn.getautocommit():
+            return None
+        if not self.shared and not fts.sole_user(conn, layer, user):
+            self.copies.pop((layer, user), None)  # others came, or the user was forgotten
             return None
         if self._tokenizer is None:  # the tokenizer schema.sql declares for both FTS tables
             self._tokenizer = conn.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
