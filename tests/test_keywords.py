@@ -157,3 +157,14 @@ def test_a_forgotten_user_leaves_no_copy(copied):
     copied.forget(user="alice")
     assert None is by_copy(copied, "turns", "alice", "coffee")
     assert {} == dict(copied.keywords.copies)
+
+
+def test_a_copy_of_mostly_rewritten_rows_is_read_afresh(copied):
+    ids = say(copied, 12)
+    by_copy(copied, "atoms", "alice", "coffee")
+    with connection.write(copied.conn):
+        [turn] = copied.add([{"content": "again"}], user="alice")
+        for atom_id in ids[:5]:  # 5 of 17 rows held would be old versions
+            absorb.merge(copied.conn, atom_id, confidence=0.8, turn_ids=[turn], ts="2026-01-02T00:00:00")
+    assert_same_ranking(by_fts(copied, "atoms", "alice", "coffee"), by_copy(copied, "atoms", "alice", "coffee"))
+    assert 12 == len(copied.keywords.copies[("atoms", "alice")].ids)

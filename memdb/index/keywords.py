@@ -45,6 +45,7 @@ LAYERS = {"atoms": ("atoms_fts", "atoms", '"seen"'), "turns": ("turns_fts", "tur
 READ_ROWS = 4096  # rows tokenized at a time
 TAIL_FRACTION = 0.125  # the unsorted tail is folded in when it holds this share of the postings
 MARKER = "zqxjcellzqxj"  # ends each cell when rows are tokenized together (a token of its own)
+DEAD_FRACTION = 0.25  # a copy is read afresh once this share of its rows were removed or rewritten
 MAX_VOCABULARY = 2_000_000  # shared term ids kept before every copy is dropped and rebuilt
 
 
@@ -154,8 +155,7 @@ class KeywordCopy:
         found = np.flatnonzero(matched)
         if len(found) > k:
             found = found[np.argpartition(-scores[found], k - 1)[:k]]
-        # Rows are in id order (read in id order; rewritten rows come again later, with a
-        # higher index): order by score, then id, for a stable answer.
+        # By score, then id, for a stable answer (a rewritten row comes again at a later index).
         found = found[np.lexsort((self.ids[found], -scores[found]))]
         return [(int(self.ids[i]), float(scores[i])) for i in found]
 
@@ -217,7 +217,7 @@ class KeywordCopies:
             return None
         turns = _turns_held(conn, user)
         if copy is not None and layer == "atoms" and _turn_forgotten(conn, user, copy.turns, turns):
-            del self.copies[key]  # its atoms' source words were re-indexed without it
+            del self.copies[key]  # its atoms' source words were re-indexed without the turn
             copy = None
         _, table, version = LAYERS[layer]
         rows = conn.execute(f'select "id", {version} from "{table}" where "user" = ? order by "id"', (user,)).fetchall()
@@ -231,6 +231,9 @@ class KeywordCopies:
             copy = None
         copy = copy or KeywordCopy.empty()
         self._catch_up(conn, layer, copy, rows)
+        if (~copy.live).sum() > DEAD_FRACTION * len(copy.live):  # old postings of rewritten rows piled up
+            copy = KeywordCopy.empty()
+            self._catch_up(conn, layer, copy, rows)
         copy.stamp, copy.turns = now, turns
         self.copies[key] = copy
         self.copies.move_to_end(key)
