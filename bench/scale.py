@@ -49,9 +49,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 import synth  # noqa: E402
 from memdb.db import connection  # noqa: E402
 from memdb.db import rows as db_rows  # noqa: E402
-from memdb.index import vectors  # noqa: E402
+from memdb.index import fts, vectors  # noqa: E402
 from memdb.index.copies import VectorCopies  # noqa: E402
 from memdb.index.fts import TermCounts  # noqa: E402
+from memdb.index.keywords import KeywordCopies  # noqa: E402
 from memdb.lifecycle import absorb  # noqa: E402
 from memdb.search import fusion as search_fusion  # noqa: E402
 from memdb.settings import Settings  # noqa: E402
@@ -61,6 +62,7 @@ CONFIGS = {  # name: (total atoms, users)
     "100k": (100_000, 1),
     "1M": (1_000_000, 1),
     "1000x1k": (1_000_000, 1_000),
+    "300x1k": (300_000, 300),  # the many-users shape in a file a shared machine builds in minutes
 }
 K = 10
 RESULTS = ROOT / "bench" / "results"
@@ -136,16 +138,18 @@ def bound_statement(conn, query: str, qvec: np.ndarray, user: str, layer: str, s
     return seen["sql"], seen["params"]
 
 
-def stage_times(conn, copies: VectorCopies, settings: Settings, params: dict, layer: str, user: str,
-                qvec: np.ndarray, pool: int) -> tuple[float, float, list[int]]:
+def stage_times(conn, copies: VectorCopies, keywords: KeywordCopies, settings: Settings, params: dict,
+                layer: str, user: str, query: str, qvec: np.ndarray, pool: int) -> tuple[float, float, list[int]]:
     """The keyword and vector sides of the bound statement run on their own, as search ran
-    them: the (pruned) MATCH through bm25, and vectors.nearest (the in-memory copy for a large
+    them: the keyword copy's bm25 (or the pruned MATCH through FTS5's), and vectors.nearest (the in-memory copy for a large
     user, else vec0's KNN). Returns both times and the atoms' vector top ids."""
     t_kw = t_vec = 0.0
     top: list[int] = []
     for name in [n for n in ("atoms", "turns") if layer in (n, "both")]:
         side = name[:-1]  # "atom" | "turn", as search names its parameters
-        if f"{side}_match" in params:
+        if f"{side}_keyword_hits" in params:  # ranked by the keyword copy: time that again
+            t_kw += timed(lambda: keywords.top_k(conn, name, user, fts.query_terms(query), pool))[0]
+        elif f"{side}_match" in params:
             weights = getattr(settings, f"{side}_columns")
             cte = search_fusion._keyword_cte(f"{name}_fts", weights, f"{side}_match")
             t_kw += timed(lambda: conn.execute(cte, params).fetchall())[0]
@@ -156,7 +160,7 @@ def stage_times(conn, copies: VectorCopies, settings: Settings, params: dict, la
     return t_kw, t_vec, top
 
 
-STAGES = ("keyword", "vector", "statement", "search", "baseline_search")
+STAGES = ("keyword", "vector", "statement", "search", "today_search", "baseline_search")
 
 
 def gold_ids(conn, q: dict) -> set[int]:
@@ -222,7 +226,11 @@ def cmd_measure(args: argparse.Namespace) -> dict:
 
     # What Memory keeps per connection: the vector copies and the term counts (index/).
     copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
-    indexes = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth)}
+    keywords = KeywordCopies(keyword_copy_min=settings.keyword_copy_min, keyword_copy_mb=args.keyword_copy_mb,
+                             atom_columns=settings.atom_columns, turn_columns=settings.turn_columns,
+                             shared=args.keyword_shared)
+    today = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth)}
+    indexes = {**today, "keywords": keywords}
     pool = max(settings.candidate_pool, settings.pool_per_hit * K)
     # The first search of each user reads their vectors into memory (above vector_copy_min).
     first = [timed(lambda q=q, v=v: search_fusion.search(conn, q["query"], user=q["user"], k=K, layer="both",
@@ -230,7 +238,10 @@ def cmd_measure(args: argparse.Namespace) -> dict:
              for q, v in {q["user"]: (q, v) for q, v in zip(qs, qvecs)}.values()]
     out["first_search_ms"] = summary(first)
     out["copies"] = {"count": len(copies.copies), "mb": round(sum(c.nbytes for c in copies.copies.values()) / 2**20, 1),
-                     "vector_copy_mb": args.copy_mb}
+                     "vector_copy_mb": args.copy_mb,
+                     "keyword_copies": len(keywords.copies), "keyword_copies_mb": round(sum(
+                         c.nbytes for c in keywords.copies.values()) / 2**20, 1), "keyword_copy_mb": args.keyword_copy_mb,
+                     "keyword_vocabulary": len(keywords.vocabulary)}
     # Warm the page cache and SQLite's cache the way a running agent would have it.
     for q, v in list(zip(qs, qvecs))[:min(20, max(3, len(qs) // 5))]:
         search_fusion.search(conn, q["query"], user=q["user"], k=K, layer="both", settings=settings, query_vector=v,
@@ -240,24 +251,29 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     plain = Settings(keyword_postings=0)
     times: dict[tuple, list[float]] = {}
     knn_ids: list[list[int]] = []
-    found: dict[str, list[int | None]] = {"memdb": [], "baseline": []}
+    found: dict[str, list[int | None]] = {"memdb": [], "today": [], "baseline": []}
     for i, (q, v) in enumerate(zip(qs, qvecs)):
         gold = gold_ids(conn, q)
         for layer in ("atoms", "both"):
             sql, params = bound_statement(conn, q["query"], v, q["user"], layer, settings, indexes)
-            t_kw, t_vec, top = stage_times(conn, copies, settings, params, layer, q["user"], v, pool)
+            t_kw, t_vec, top = stage_times(conn, copies, keywords, settings, params, layer, q["user"], q["query"], v, pool)
             if layer == "atoms":
                 knn_ids.append(top)
             t_stmt, _ = timed(lambda: conn.execute(sql, params).fetchall())
             t_search, hits = timed(lambda: search_fusion.search(conn, q["query"], user=q["user"], k=K, layer=layer,
                                                                 settings=settings, query_vector=v, **indexes))
-            stages = [("keyword", t_kw), ("vector", t_vec), ("statement", t_stmt), ("search", t_search)]
+            # Today's path (before keyword copies), on the same query in the same loop.
+            t_today, hits_today = timed(lambda: search_fusion.search(conn, q["query"], user=q["user"], k=K, layer=layer,
+                                                                     settings=settings, query_vector=v, **today))
+            stages = [("keyword", t_kw), ("vector", t_vec), ("statement", t_stmt), ("search", t_search),
+                      ("today_search", t_today)]
             if i < args.baseline_queries:
                 t_base, base = timed(lambda: search_fusion.search(conn, q["query"], user=q["user"], k=K, layer=layer,
                                                                   settings=plain, query_vector=v))
                 stages.append(("baseline_search", t_base))
                 if layer == "atoms":
                     found["memdb"].append(rank_of(gold, hits))
+                    found["today"].append(rank_of(gold, hits_today))
                     found["baseline"].append(rank_of(gold, base))
             for stage, t in stages:
                 times.setdefault((layer, stage), []).append(t)
@@ -265,6 +281,9 @@ def cmd_measure(args: argparse.Namespace) -> dict:
                          for layer in ("atoms", "both")}
     out["search_speedup_vs_baseline_p50"] = {
         layer: round(out["latency_ms"][layer]["baseline_search"]["p50"] / out["latency_ms"][layer]["search"]["p50"], 2)
+        for layer in ("atoms", "both")}
+    out["search_speedup_vs_today_p95"] = {
+        layer: round(out["latency_ms"][layer]["today_search"]["p95"] / out["latency_ms"][layer]["search"]["p95"], 2)
         for layer in ("atoms", "both")}
     out["gold_atoms"] = {name: quality(ranks) for name, ranks in found.items()}
     out["maxrss_mb_search"] = round(maxrss_mb())
@@ -294,7 +313,7 @@ def cmd_measure(args: argparse.Namespace) -> dict:
         for layer in ("atoms", "both")}
     out["maxrss_mb_with_floor"] = round(maxrss_mb())
     try:
-        out["insert"] = insert_rates(conn, qusers[0], settings, args.insert, args.absorb, indexes)
+        out["insert"] = insert_rates(conn, qusers[0], settings, args.insert, args.absorb, today)
     except Exception as exc:  # e.g. a file built before a schema change: keep the rest
         out["insert"] = {"error": f"{type(exc).__name__}: {exc}"}
     out["size"] = sizes(conn)
@@ -529,6 +548,11 @@ def main() -> None:
         p.add_argument("--quant-queries", type=int, default=100)
         p.add_argument("--copy-mb", type=float, default=Settings().vector_copy_mb,
                        help="memory for in-process vector copies (Settings.vector_copy_mb)")
+        p.add_argument("--keyword-copy-mb", type=float, default=Settings().keyword_copy_mb,
+                       help="memory for in-process keyword copies (Settings.keyword_copy_mb; 0: FTS5 answers)")
+        p.add_argument("--keyword-shared", action="store_true",
+                       help="keyword copies in files of many users too, scored with each user's statistics "
+                            "(Settings.keyword_copy_shared)")
         p.add_argument("--postings", type=int, default=None,
                        help="Settings.keyword_postings for this run (default: the library's)")
         p.add_argument("--baseline-queries", type=int, default=10**9,
@@ -555,20 +579,25 @@ def main() -> None:
         print(f"[{name}] measuring", file=sys.stderr)
         measured = child("measure", db=db, queries=args.queries, insert=args.insert, absorb=args.absorb,
                          quant=args.quant, quant_queries=args.quant_queries, copy_mb=args.copy_mb,
+                         keyword_copy_mb=args.keyword_copy_mb, keyword_shared=args.keyword_shared,
                          baseline_queries=args.baseline_queries, postings=args.postings)
         entry.update({"config": {"atoms": atoms, "users": users},
                       "settings": {"keyword_postings": args.postings if args.postings is not None else Settings().keyword_postings,
-                                   "vector_copy_min": Settings().vector_copy_min, "vector_copy_mb": args.copy_mb},
+                                   "vector_copy_min": Settings().vector_copy_min, "vector_copy_mb": args.copy_mb,
+                                   "keyword_copy_min": Settings().keyword_copy_min, "keyword_copy_mb": args.keyword_copy_mb,
+                                   "keyword_copy_shared": args.keyword_shared},
                       **measured,
                       "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                       "command": " ".join(["python", "bench/scale.py", *sys.argv[1:]]), "machine": machine()})
-        results[name if args.postings is None else f"{name} postings={args.postings}"] = entry
+        key = name if args.postings is None else f"{name} postings={args.postings}"
+        results[key + (" keyword_copy_shared" if args.keyword_shared else "")] = entry
         args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False))
         lat = measured["latency_ms"]
         print(f"[{name}] atoms search p50/p95/p99 {lat['atoms']['search']['p50']:.1f}/{lat['atoms']['search']['p95']:.1f}/"
               f"{lat['atoms']['search']['p99']:.1f} ms, both {lat['both']['search']['p50']:.1f}/{lat['both']['search']['p95']:.1f}/"
               f"{lat['both']['search']['p99']:.1f} ms; vector/floor {measured['vector_over_floor']['atoms']['p50']}x; "
-              f"speedup vs baseline {measured['search_speedup_vs_baseline_p50']}; gold {measured['gold_atoms']}", file=sys.stderr)
+              f"speedup vs baseline {measured['search_speedup_vs_baseline_p50']}, p95 vs today {measured['search_speedup_vs_today_p95']}; "
+              f"today p95 atoms/both {lat['atoms']['today_search']['p95']:.1f}/{lat['both']['today_search']['p95']:.1f}; gold {measured['gold_atoms']}", file=sys.stderr)
     plot(results, args.out.with_suffix(".png"))
 
 

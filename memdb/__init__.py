@@ -18,10 +18,11 @@ from .errors import (
     SearchError,
 )
 from .memory import Memory, open
+from .pool import Pool
 from .settings import Settings
 
 __all__ = [
-    "open", "Memory", "Hit", "Atom", "Settings", "MemdbError", "InvalidInput", "SchemaError",
+    "open", "Memory", "Pool", "Hit", "Atom", "Settings", "MemdbError", "InvalidInput", "SchemaError",
     "EmbedderMismatch", "EmbedderUnavailable", "ModelError", "NotFound", "SearchError",
 ]
 __version__ = "0.1.0"

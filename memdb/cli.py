@@ -163,7 +163,7 @@ def _open(args: argparse.Namespace, **kw: Any) -> memdb.Memory:
     embedder = None if args.embedder in (None, "none") else args.embedder
     # One command, one search: loading a large user's vectors into memory (cache.py) would
     # cost more than the one vec0 KNN it replaces.
-    settings = memdb.Settings(vector_copy_mb=0)
+    settings = memdb.Settings(vector_copy_mb=0, keyword_copy_mb=0)
     return memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads,
                       settings=settings, **kw)
 

@@ -26,6 +26,7 @@ from .extraction import pipeline
 from .extraction.records import Candidate
 from .index import vectors
 from .index.copies import VectorCopies
+from .index.keywords import KeywordCopies
 from .index.fts import TermCounts
 from .ingest import check_messages, embed_turns, insert_turns
 from .lifecycle.absorb import absorb
@@ -170,6 +171,11 @@ class Memory:
             blas_limit=functools.partial(_blas_threads, threads),
         )
         self.term_counts = TermCounts(growth=settings.term_counts_growth)
+        self.keywords = KeywordCopies(
+            keyword_copy_min=settings.keyword_copy_min, keyword_copy_mb=settings.keyword_copy_mb,
+            shared=settings.keyword_copy_shared,
+            atom_columns=settings.atom_columns, turn_columns=settings.turn_columns,
+        )
 
     # ------------------------------------------------------------ setup
 
@@ -373,7 +379,8 @@ class Memory:
             check_name(session, "session")
         qvec = self._query_vector(query, user, session)
         args = dict(user=user, k=k, layer=layer, settings=self.settings, fusion=fusion, alpha=alpha,
-                    include_superseded=include_superseded, copies=self.copies, term_counts=self.term_counts)
+                    include_superseded=include_superseded, copies=self.copies, term_counts=self.term_counts,
+                    keywords=self.keywords)
         with self._lock:
             try:
                 return fused_search(self.conn, query, query_vector=qvec, **args)

@@ -114,13 +114,25 @@ class Settings:
     # Turns and atoms stored without a vector (by a keyword-only writer, or while the embedder
     # failed) get one later: each add() and extract() embeds up to this many of them (0: never).
     vector_backfill: int = 256
+    # Users with at least keyword_copy_min rows in a layer have their postings copied into memory
+    # on their first search and scored there by bm25 over every query term, with their own
+    # statistics (index/keywords.py; bench/results/scale.json: 100k atoms at full-bm25 recall),
+    # up to keyword_copy_mb in all (0 disables it: FTS5 answers, pruned by keyword_postings).
+    # In a file of several users the copy would score with the user's own statistics, not
+    # the file's as FTS5 does: faster (300 users x 1k atoms: p95 2.8x lower) but, on synthetic
+    # gold, hit@10 0.663 vs 0.690 (bench/results/scale_keywords.json); off until per-user
+    # statistics are decided for FTS5 too.
+    keyword_copy_min: int = 500
+    keyword_copy_mb: float = 1024.0
+    keyword_copy_shared: bool = False
 
     def __post_init__(self) -> None:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
+        _check(isinstance(self.keyword_copy_shared, bool), "keyword_copy_shared", "True or False")
         for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",
-                     "common_term_rows", "vector_backfill"):
+                     "common_term_rows", "vector_backfill", "keyword_copy_min"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",
                      "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",
@@ -128,7 +140,7 @@ class Settings:
                      "confidence_floor", "session_weight", "common_term_share"):
             _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
         _check(_is_number(self.min_similarity, -1, 1), "min_similarity", "a cosine from -1 to 1")
-        for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb"):
+        for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb", "keyword_copy_mb"):
             _check(_is_number(getattr(self, name), 0, float("inf")), name, "a non-negative number")
         _check(_is_number(self.term_counts_growth, 1, float("inf")), "term_counts_growth", "a number of at least 1")
         _check(set(self.alpha) == set(INTENTS) and all(_is_number(v, 0, 1) for v in self.alpha.values()),

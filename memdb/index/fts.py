@@ -34,17 +34,30 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     common = (share, least_rows): terms in more than share of the user's rows are left out
     once the user has least_rows rows (common_terms).
     """
-    terms = [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
-    sole = _sole_user(conn, layer, user)
-    if common is not None and terms:
-        skip = common_terms(conn, layer, user, terms, *common, counts=term_counts if sole else None)
-        terms = [t for t in terms if t not in skip]
+    sole = sole_user(conn, layer, user)
+    terms = distinctive_terms(conn, layer, user, query, common=common, term_counts=term_counts if sole else None)
     if sole and term_counts is not None and postings and terms:
         terms = _affordable(terms, term_counts.count(conn, layer, terms, postings), postings)
     if not terms:
         return None
     expression = " OR ".join(text.quote(t) for t in terms)
     return expression if sole else f'u : "{user_tag(user)}" AND ({expression})'
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's searchable terms, in order: each becomes one phrase of an OR."""
+    return [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
+
+
+def distinctive_terms(conn: apsw.Connection, layer: str, user: str, query: str, *,
+                      common: tuple[float, int] | None, term_counts: TermCounts | None = None) -> list[str]:
+    """The query's terms without those in most of the user's rows (common_terms); term_counts
+    only when the user is the file's only one."""
+    terms = query_terms(query)
+    if common is None or not terms:
+        return terms
+    skip = common_terms(conn, layer, user, terms, *common, counts=term_counts)
+    return [t for t in terms if t not in skip]
 
 
 def common_terms(conn: apsw.Connection, layer: str, user: str, terms: list[str], share: float,
@@ -89,7 +102,8 @@ def _affordable(terms: list[str], counts: list[int], postings: int) -> list[str]
     return [t for t in terms if t in kept]
 
 
-def _sole_user(conn: apsw.Connection, layer: str, user: str) -> bool:
+def sole_user(conn: apsw.Connection, layer: str, user: str) -> bool:
+    """Whether user is the only one with rows in layer."""
     # Two subqueries, each answered from the user index in O(log n) (a single select with
     # both min() and max() would scan it).
     row = conn.execute(

@@ -24,6 +24,7 @@ from ..db.rows import Hit
 from ..index import fts, vectors
 from ..index.copies import VectorCopies
 from ..index.fts import TermCounts
+from ..index.keywords import KeywordCopies
 from ..settings import Settings
 from .query import intent
 
@@ -35,6 +36,8 @@ _EMPTY = "select null as id, null as s where 0"
 def _keyword_cte(table: str, weights: Sequence[float], param: str | None) -> str:
     if param is None:
         return _EMPTY
+    if param.endswith("_hits"):  # (id, bm25) ranked by a keyword copy (index/keywords.py)
+        return _vector_cte(param)
     w = ", ".join(str(float(x)) for x in weights)
     return (
         f'select rowid as id, -bm25("{table}", {w}) as s from "{table}" '
@@ -130,11 +133,13 @@ def search(
     include_superseded: bool = False,
     copies: VectorCopies | None = None,
     term_counts: TermCounts | None = None,
+    keywords: KeywordCopies | None = None,
 ) -> list[Hit]:
     """Fused, evidence-deduplicated hits for one user. Raises apsw.Error if SQL fails.
 
     With copies, large users' vectors are ranked in memory; with term counts, common query
-    terms are pruned in single-user files (index/)."""
+    terms are pruned in single-user files; with keyword copies, large users' postings are
+    scored in memory (index/)."""
     fusion = fusion or settings.fusion
     alpha = settings.alpha.get(intent(query), 0.5) if alpha is None else alpha
     pool = max(settings.candidate_pool, settings.pool_per_hit * k)
@@ -142,10 +147,18 @@ def search(
     sides = Sides()
     for name in [n for n in ("atoms", "turns") if layer in (n, "both")]:
         side = name[:-1]  # "atom" | "turn"
-        match = fts.match_expression(conn, name, user, query, term_counts=term_counts,
-                                     postings=settings.keyword_postings,
-                                     common=(settings.common_term_share, settings.common_term_rows))
-        if match is not None:
+        common = (settings.common_term_share, settings.common_term_rows)
+        ranked = None
+        if keywords is not None:
+            terms = fts.distinctive_terms(conn, name, user, query, common=common,
+                                          term_counts=term_counts if fts.sole_user(conn, name, user) else None)
+            ranked = keywords.top_k(conn, name, user, terms, pool)
+        match = None if ranked is not None else fts.match_expression(
+            conn, name, user, query, term_counts=term_counts, postings=settings.keyword_postings, common=common)
+        if ranked is not None:
+            params[f"{side}_keyword_hits"] = json.dumps(ranked)
+            setattr(sides, f"{side}_keyword", f"{side}_keyword_hits")
+        elif match is not None:
             params[f"{side}_match"] = match
             setattr(sides, f"{side}_keyword", f"{side}_match")
         if query_vector is not None:

@@ -1,0 +1,317 @@
+"""In-memory keyword copies: a large user's FTS postings, scored by bm25 in numpy.
+
+FTS5's bm25 first counts every posting of every query term: in a file of one user holding
+100k atoms, a term in a fifth of the rows costs 20k postings read and scored through the
+auxiliary-function interface (bench/scale.py: p95 98 ms with every term scored); in a file of
+many users it reads every user's postings of the term and of the user's tag. A user with at
+least `keyword_copy_min` rows in a layer gets a copy of their postings in memory instead: per
+term, the rows holding it and its column-weighted count there, and per row its length. A query
+then costs a few array operations per term.
+
+Scores are FTS5's bm25 (k1 1.2, b 0.75, the same column weights, idf floored at 1e-6), so in a
+file of one user the ranking is the one FTS5 gives. The statistics (row count, average length,
+rows per term) are the user's own: in a file of many users FTS5 uses the whole file's, so there
+copies serve only when `shared` (Settings.keyword_copy_shared) asks for per-user statistics.
+Text is tokenized by FTS5's own tokenizer over the table's stored content, so a row's tokens
+are exactly those FTS5 indexed.
+
+A copy is checked like the vector copies (copies.stamp): when the file may have changed, the
+user's (id, version) pairs are read again, where an atom's version is its "seen" count (a merge,
+the one path that rewrites an atom's FTS row besides forget, bumps it); a forgotten turn, which
+rewrites the source words of the atoms it fed, forces a reload of the atoms' copy. New and
+changed rows are tokenized into a tail that is folded into the sorted postings once it grows;
+removed and rewritten rows are dropped by a live flag. Inside a transaction FTS5 answers
+(None), as it sees the uncommitted rows.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+import numpy as np
+
+from .. import text
+from . import fts
+from .copies import stamp
+
+K1, B = 1.2, 0.75  # FTS5's bm25 constants (fts5_aux.c)
+# Per layer: the FTS table, the rows' table, and what moves when a row's FTS text is rewritten.
+LAYERS = {"atoms": ("atoms_fts", "atoms", '"seen"'), "turns": ("turns_fts", "turns", "0")}
+READ_ROWS = 4096  # rows tokenized at a time
+TAIL_FRACTION = 0.125  # the unsorted tail is folded in when it holds this share of the postings
+MARKER = "zqxjcellzqxj"  # ends each cell when rows are tokenized together (a token of its own)
+DEAD_FRACTION = 0.25  # a copy is read afresh once this share of its rows were removed or rewritten
+MAX_VOCABULARY = 2_000_000  # shared term ids kept before every copy is dropped and rebuilt
+
+
+@dataclass
+class Postings:
+    """(term id, row index, weighted count) triples; sorted by term id once folded."""
+
+    terms: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    counts: np.ndarray = field(default_factory=lambda: np.empty(0))  # float64, as FTS5 sums
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+    def extend(self, other: Postings) -> None:
+        self.terms = np.concatenate([self.terms, other.terms])
+        self.rows = np.concatenate([self.rows, other.rows])
+        self.counts = np.concatenate([self.counts, other.counts])
+
+    def sort(self) -> None:
+        order = np.argsort(self.terms, kind="stable")
+        self.terms, self.rows, self.counts = self.terms[order], self.rows[order], self.counts[order]
+
+    @property
+    def nbytes(self) -> int:
+        return self.terms.nbytes + self.rows.nbytes + self.counts.nbytes
+
+
+@dataclass
+class KeywordCopy:
+    """One user's postings of one layer: rows in the order read, each with its id, version,
+    token count and a live flag (False once removed or rewritten)."""
+
+    ids: np.ndarray
+    versions: np.ndarray
+    lengths: np.ndarray  # float64: tokens in the row, every column
+    live: np.ndarray
+    sorted: Postings
+    tail: Postings
+    stamp: tuple[int, int] = (0, 0)
+    turns: tuple[int, int] = (0, 0)  # the user's turns when last read: how many, the highest id
+    _norm: tuple[int, np.ndarray] | None = None  # _statistics(), until rows change
+
+    @classmethod
+    def empty(cls, **fields: Any) -> KeywordCopy:
+        return cls(ids=np.empty(0, np.int64), versions=np.empty(0, np.int64), lengths=np.empty(0),
+                   live=np.empty(0, bool), sorted=Postings(), tail=Postings(), **fields)
+
+    @property
+    def nbytes(self) -> int:
+        rows = self.ids.nbytes + self.versions.nbytes + self.lengths.nbytes + self.live.nbytes
+        return rows + self.sorted.nbytes + self.tail.nbytes
+
+    def add(self, ids: np.ndarray, versions: np.ndarray, lengths: np.ndarray, postings: Postings) -> None:
+        """Append rows (postings' row indices counted from 0 for the first of them)."""
+        postings.rows = postings.rows + len(self.ids)
+        self.ids = np.concatenate([self.ids, ids])
+        self.versions = np.concatenate([self.versions, versions])
+        self.lengths = np.concatenate([self.lengths, lengths])
+        self.live = np.concatenate([self.live, np.ones(len(ids), bool)])
+        self._norm = None
+        self.tail.extend(postings)
+
+    def fold(self) -> None:
+        """Sort the tail into the postings once it is too long to scan per term."""
+        if len(self.tail) > TAIL_FRACTION * len(self.sorted):
+            self.sorted.extend(self.tail)
+            self.sorted.sort()
+            self.tail = Postings()
+
+    def postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        """The live rows holding term and its weighted count in each."""
+        lo, hi = np.searchsorted(self.sorted.terms, np.array([term, term + 1], np.int32))  # same dtype: no copy
+        rows, counts = self.sorted.rows[lo:hi], self.sorted.counts[lo:hi]
+        if len(self.tail):
+            at = self.tail.terms == term
+            rows, counts = np.concatenate([rows, self.tail.rows[at]]), np.concatenate([counts, self.tail.counts[at]])
+        keep = self.live[rows]
+        return rows[keep], counts[keep]
+
+    def _statistics(self) -> tuple[int, np.ndarray]:
+        """Live rows, and each row's length term of bm25's denominator: k1 (1 - b + b dl/avgdl)."""
+        if self._norm is None:
+            live = int(self.live.sum())
+            average = float(self.lengths[self.live].sum()) / live if live else 1.0
+            self._norm = (live, K1 * (1 - B + B * self.lengths / average))
+        return self._norm
+
+    def top_k(self, terms: list[int | None], k: int) -> list[tuple[int, float]]:
+        """(id, bm25) of the k best-scoring live rows holding any term, best first; ties by id.
+        A term is counted as often as it is given, as FTS5 scores each phrase of an OR."""
+        live, norm = self._statistics()
+        if not live:
+            return []
+        scores = np.zeros(len(self.ids))
+        matched = np.zeros(len(self.ids), bool)
+        for term in terms:
+            if term is None:
+                continue
+            rows, counts = self.postings(term)
+            if not len(rows):
+                continue
+            idf = math.log((live - len(rows) + 0.5) / (len(rows) + 0.5))
+            idf = idf if idf > 0 else 1e-6
+            scores[rows] += idf * (K1 + 1) * counts / (counts + norm[rows])  # a row once per term
+            matched[rows] = True
+        found = np.flatnonzero(matched)
+        if len(found) > k:
+            found = found[np.argpartition(-scores[found], k - 1)[:k]]
+        # By score, then id, for a stable answer (a rewritten row comes again at a later index).
+        found = found[np.lexsort((self.ids[found], -scores[found]))]
+        return [(int(self.ids[i]), float(scores[i])) for i in found]
+
+
+def _turns_held(conn: apsw.Connection, user: str) -> tuple[int, int]:
+    return conn.execute('select count(*), coalesce(max("id"), 0) from "turns" where "user" = ?', (user,)).fetchone()
+
+
+def _turn_forgotten(conn: apsw.Connection, user: str, then: tuple[int, int], now: tuple[int, int]) -> bool:
+    # Turn ids are never reused: fewer turns than were held plus those written since means
+    # some were deleted.
+    since = conn.execute('select count(*) from "turns" where "user" = ? and "id" > ?', (user, then[1])).fetchone()[0]
+    return then[0] + since != now[0]
+
+
+class KeywordCopies:
+    """The keyword copies of one connection, with one vocabulary (term -> id) they share. Not
+    thread-safe: Memory holds its lock around every use, as it does for the connection."""
+
+    def __init__(self, *, keyword_copy_min: int, keyword_copy_mb: float,
+                 atom_columns: tuple[float, ...], turn_columns: tuple[float, ...], shared: bool = False) -> None:
+        self.keyword_copy_min = keyword_copy_min
+        self.shared = shared
+        self.keyword_copy_bytes = int(keyword_copy_mb * 2**20)
+        self.weights = {"atoms": np.array(atom_columns), "turns": np.array(turn_columns)}
+        self.vocabulary: dict[str, int] = {}
+        self.copies: collections.OrderedDict[tuple[str, str], KeywordCopy] = collections.OrderedDict()
+        self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few rows, as of stamp
+        self._tokenizer: Any = None
+
+    def top_k(self, conn: apsw.Connection, layer: str, user: str, terms: list[str],
+              k: int) -> list[tuple[int, float]] | None:
+        """(id, bm25) of the user's k best rows in layer for the query terms (as fts.query_terms
+        gives them), or None when FTS5 should answer (a small user, a copy over budget, inside
+        a transaction, a term that FTS5 would read as a phrase of several tokens, another user
+        in the file unless shared)."""
+        if not self.keyword_copy_bytes or not conn.getautocommit():
+            return None
+        if not self.shared and not fts.sole_user(conn, layer, user):
+            self.copies.pop((layer, user), None)  # others came, or the user was forgotten
+            return None
+        if self._tokenizer is None:  # the tokenizer schema.sql declares for both FTS tables
+            self._tokenizer = conn.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
+        tokens = [self._tokenizer(text.quote(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None,
+                                  include_offsets=False, include_colocated=False) for term in terms]
+        if any(len(t) > 1 for t in tokens):
+            return None  # a phrase: FTS5 checks positions, which a copy does not keep
+        copy = self._current(conn, layer, user)  # first: it may bring the terms' ids
+        return None if copy is None else copy.top_k([self.vocabulary.get(t[0]) for t in tokens if t], k)
+
+    def _current(self, conn: apsw.Connection, layer: str, user: str) -> KeywordCopy | None:
+        key = (layer, user)
+        now = stamp(conn)
+        copy = self.copies.get(key)
+        if copy is not None and copy.stamp == now:
+            self.copies.move_to_end(key)
+            return copy
+        if self.small.get(key) == now:
+            return None
+        turns = _turns_held(conn, user)
+        if copy is not None and layer == "atoms" and _turn_forgotten(conn, user, copy.turns, turns):
+            del self.copies[key]  # its atoms' source words were re-indexed without the turn
+            copy = None
+        _, table, version = LAYERS[layer]
+        rows = conn.execute(f'select "id", {version} from "{table}" where "user" = ? order by "id"', (user,)).fetchall()
+        if len(rows) < self.keyword_copy_min:  # also a user forgotten: their words leave memory
+            self.copies.pop(key, None)
+            self.small[key] = now
+            return None
+        if len(self.vocabulary) > MAX_VOCABULARY:
+            self.vocabulary.clear()
+            self.copies.clear()
+            copy = None
+        copy = copy or KeywordCopy.empty()
+        self._catch_up(conn, layer, copy, rows)
+        if (~copy.live).sum() > DEAD_FRACTION * len(copy.live):  # old postings of rewritten rows piled up
+            copy = KeywordCopy.empty()
+            self._catch_up(conn, layer, copy, rows)
+        copy.stamp, copy.turns = now, turns
+        self.copies[key] = copy
+        self.copies.move_to_end(key)
+        return self._evict(key, now)
+
+    def _catch_up(self, conn: apsw.Connection, layer: str, copy: KeywordCopy, rows: list[tuple[int, int]]) -> None:
+        """Drop rows gone or rewritten since the copy was made, and read the new versions."""
+        ids = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+        versions = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+        held = np.flatnonzero(copy.live)
+        at = np.searchsorted(ids, copy.ids[held])
+        inside = at < len(ids)
+        same = np.zeros(len(held), bool)
+        same[inside] = (ids[at[inside]] == copy.ids[held][inside]) & (versions[at[inside]] == copy.versions[held][inside])
+        copy.live[held[~same]] = False
+        copy._norm = None
+        fresh = np.ones(len(ids), bool)
+        fresh[at[inside][same[inside]]] = False
+        fresh = np.flatnonzero(fresh)
+        parts = [self._read(conn, layer, ids[fresh[lo:lo + READ_ROWS]], versions[fresh[lo:lo + READ_ROWS]])
+                 for lo in range(0, len(fresh), READ_ROWS)]
+        if parts:
+            start = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
+            for offset, part in zip(start, parts):
+                part[3].rows = part[3].rows + offset
+            postings = Postings(*(np.concatenate([getattr(p[3], f) for p in parts]) for f in ("terms", "rows", "counts")))
+            copy.add(*(np.concatenate([p[i] for p in parts]) for i in range(3)), postings)
+        copy.fold()
+
+    def _read(self, conn: apsw.Connection, layer: str, ids: np.ndarray,
+              versions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, Postings]:
+        """(ids, versions, lengths, postings) of the rows with these ids, as the FTS table holds
+        them; a row without its FTS row is left out (unsearchable, as it is for FTS5)."""
+        fts_table, _, _ = LAYERS[layer]
+        found = conn.execute(f'select "rowid", * from "{fts_table}" where "rowid" in (select value from json_each(?)) '
+                             'order by "rowid"', (str(ids.tolist()),)).fetchall()
+        got = np.fromiter((r[0] for r in found), np.int64, len(found))
+        lengths, postings = self._postings([r[1:] for r in found], self.weights[layer])
+        return got, versions[np.searchsorted(ids, got)], lengths, postings
+
+    def _postings(self, found: list[tuple], weights: np.ndarray) -> tuple[np.ndarray, Postings]:
+        """Row lengths and (term, row, weighted count) of rows of FTS content."""
+        n, width = len(found), len(weights)
+        term, cell = self._tokens([cell or "" for r in found for cell in r])
+        column, row = cell % width, cell // width
+        pairs, inverse = np.unique(term * n + row, return_inverse=True)  # sorted by term, then row
+        counts = np.bincount(inverse, weights=weights[column], minlength=len(pairs))
+        lengths = np.bincount(row, minlength=n).astype(float)
+        return lengths, Postings((pairs // n).astype(np.int32), (pairs % n).astype(np.int32), counts)
+
+    def _tokens(self, cells: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The term id of every token of the cells, and the cell it is in. One tokenizer call
+        for all of them, cells told apart by a marker word after each (a call per cell costs
+        3-10 us); a call per cell only when some text holds the marker itself."""
+        def tokenize(utf8: bytes) -> list[str]:
+            return self._tokenizer(utf8, apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False,
+                                   include_colocated=False)
+
+        if not cells:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        words = tokenize(f" {MARKER} ".join(cells + [""]).encode())
+        term = self._term_ids(words)
+        marks = np.flatnonzero(term == self.vocabulary[MARKER])
+        if len(marks) == len(cells):
+            return np.delete(term, marks), np.repeat(np.arange(len(cells)), np.diff(marks, prepend=-1) - 1)
+        per_cell = [tokenize(c.encode()) for c in cells]
+        sizes = np.fromiter(map(len, per_cell), np.int64, len(cells))
+        return self._term_ids(list(itertools.chain.from_iterable(per_cell))), np.repeat(np.arange(len(cells)), sizes)
+
+    def _term_ids(self, words: list[str]) -> np.ndarray:
+        for word in dict.fromkeys(words).keys() - self.vocabulary.keys():  # per distinct word only
+            self.vocabulary[word] = len(self.vocabulary)
+        return np.fromiter(map(self.vocabulary.__getitem__, words), np.int64, len(words))
+
+    def _evict(self, key: tuple[str, str], now: tuple[int, int]) -> KeywordCopy | None:
+        """Drop the least recently used copies over budget; None if key's own copy did not fit."""
+        while self.copies and sum(c.nbytes for c in self.copies.values()) > self.keyword_copy_bytes:
+            dropped, _ = self.copies.popitem(last=False)
+            if dropped == key:
+                self.small[key] = now
+        return self.copies.get(key)
