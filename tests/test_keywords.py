@@ -110,8 +110,8 @@ def test_forgotten_rows_and_words_leave_the_copy(copied):
         [turn] = copied.add([{"content": "a quokka in the garden"}], user="alice")
         absorb.merge(copied.conn, ids[1], confidence=0.8, turn_ids=[turn], ts="2026-01-02T00:00:00")
     assert [ids[1]] == [i for i, _ in by_copy(copied, "atoms", "alice", "quokka")]
-    copied.forget(turn_id=turn)
-    copied.forget(atom_id=ids[2])
+    copied.forget(user="alice", turn_id=turn)
+    copied.forget(user="alice", atom_id=ids[2])
     for layer in ("atoms", "turns"):
         for query in QUERIES + ["quokka"]:
             assert_same_ranking(by_fts(copied, layer, "alice", query), by_copy(copied, layer, "alice", query))
