@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         if user:
             p.add_argument("--user", "-u", required=True, help="whose memory")
         p.add_argument("--json", action="store_true", help="machine-readable output")
-        p.add_argument("--embedder", default="minilm", help="'minilm', a .gguf path, or 'none'")
+        p.add_argument("--embedder", default="auto", help="'auto' (the file's own, else the default), 'default', 'minilm', a .gguf path, or 'none'")
         p.add_argument("--llm", default=None, help="extraction model: an instruct .gguf, or the URL of an OpenAI-compatible server")
         p.add_argument("--threads", type=int, default=None)
         p.set_defaults(run=run)
@@ -85,13 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pairs", action="store_true",
                    help="instead: (turn, preceding turns, the atoms kept from it), to train an extractor on")
     p = command("reembed", _reembed, "rebuild every vector with another embedder", user=False)
-    p.add_argument("--to", required=True, help="'minilm' or a .gguf embedding model")
+    p.add_argument("--to", required=True, help="'default' (multilingual-e5-small), 'minilm' or a .gguf embedding model")
 
     p = sub.add_parser("demo", help="build a demo file from the bundled sample conversation")
     p.add_argument("db", nargs="?", default="demo.db")
     p.add_argument("--llm", default=None)
     p.add_argument("--threads", type=int, default=None)
-    p.set_defaults(run=_demo, json=False, embedder="minilm")
+    p.set_defaults(run=_demo, json=False, embedder="auto")
     return parser
 
 
