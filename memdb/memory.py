@@ -228,7 +228,8 @@ class Memory:
     def _absorb(self, candidate: Candidate, user: str, ts: str, vector: np.ndarray | None) -> str:
         action, _ = absorb(self.conn, user=user, record=candidate.record, confidence=candidate.confidence,
                            turn_ids=candidate.turn_ids, ts=ts, vector=vector, settings=self.settings,
-                           copies=self.copies, term_counts=self.term_counts)
+                           copies=self.copies, term_counts=self.term_counts,
+                           multilingual=getattr(self.embedder, "multilingual", True))
         return action
 
     @_file_errors
