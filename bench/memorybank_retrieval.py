@@ -3,17 +3,19 @@
 Each user's dialogue goes into a fresh memdb file (exchange j of day d = the user's words and
 the companion's reply, both stamped with the day's date, evidence id "d#j"); every probing
 question is asked as the user. A hit finds an exchange when one of its source turns is in it.
-Atoms: with --atoms (JSON lines of {"user", "evidence", "record", "confidence"}) they go
-through the lifecycle as the pipeline's would; without, the atoms and both layers hold only
-what the turns give (no extraction), and the report says so.
+Atoms: with --built DIR, each user's file is extracted once by the real pipeline (bundled
+model, threads=1, about 2 s a turn) into DIR/<user>.db with the default embedder, and reused:
+each run copies it and, for another embedder, reembeds the copy (dedup was done with e5's
+vectors). Without it the atoms and both layers hold only what the turns give (no extraction).
 
-    .venv/bin/python bench/memorybank_retrieval.py     # default and minilm -> bench/results/memorybank_retrieval.json
+    .venv/bin/python bench/memorybank_retrieval.py --built /tmp/memorybank_cn_built
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from collections import defaultdict
@@ -24,8 +26,6 @@ sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
 from bench.locomo_retrieval import _mean, score  # noqa: E402
-from memdb.db import connection  # noqa: E402
-from memdb.lifecycle import absorb  # noqa: E402
 from memdb.models import embedders  # noqa: E402
 from memdb.search import fusion as search_fusion  # noqa: E402
 
@@ -52,32 +52,41 @@ def load_user(mem: memdb.Memory, user: str, history: dict) -> dict[int, str]:
     return turn_to_ev
 
 
-def load_atoms(mem: memdb.Memory, user: str, path: Path, ev_to_turns: dict[str, list[int]]) -> None:
-    for line in path.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if row["user"] != user:
-            continue
-        vector = mem._embed([memdb.codec.canonical_text(row["record"])])
-        with connection.write(mem.conn):
-            absorb.absorb(mem.conn, user=user, record=row["record"], confidence=row.get("confidence", 0.8),
-                          turn_ids=[t for e in row["evidence"] for t in ev_to_turns.get(e, [])],
-                          ts=row["evidence"][0].split("#")[0] + "T12:00:00",
-                          vector=None if vector is None else vector[0], settings=mem.settings,
-                          multilingual=getattr(mem.embedder, "multilingual", True))
+def built_copy(built: Path, user: str, history: dict, tmp: Path) -> Path:
+    """A copy of the user's extracted file, extracting it first if DIR has none."""
+    source = built / f"{user}.db"
+    if not source.exists():
+        built.mkdir(parents=True, exist_ok=True)
+        with memdb.open(built / "partial.db", extract="defer", threads=1) as mem:
+            load_user(mem, user, history)
+            print(f"{user}: extracting", mem.extract(), file=sys.stderr)
+            mem.conn.execute("pragma wal_checkpoint(truncate)")
+        (built / "partial.db").rename(source)
+    target = tmp / "u.db"
+    shutil.copyfile(source, target)
+    return target
 
 
-def run(embedder: str, atoms: Path | None) -> dict:
+def evidence_of(mem: memdb.Memory, user: str, history: dict) -> dict[int, str]:
+    """turn id -> "d#j" of a built file: its turns were added in dialogue order, two an exchange."""
+    ids = [t["id"] for t in mem.export(user) if t["type"] == "turn"]
+    order = [f"{day}#{j}" for day, exchanges in history.items() for j in range(len(exchanges)) for _ in (0, 1)]
+    if len(ids) != len(order):
+        raise SystemExit(f"{user}: the built file holds {len(ids)} turns, the data {len(order)}")
+    return dict(zip(ids, order))
+
+
+def run(embedder: str, built: Path | None) -> dict:
     data = json.loads(DATA.read_text(encoding="utf-8"))["users"]
     results: dict[str, list[dict]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         for user, u in data.items():
+            if built:
+                path = built_copy(built, user, u["history"], Path(tmp))
+                with memdb.open(path, embedder=None, extract="defer") as mem:
+                    mem.reembed(embedder)
             with memdb.open(Path(tmp) / "u.db", embedder=embedder, extract="defer") as mem:
-                turn_to_ev = load_user(mem, user, u["history"])
-                if atoms:
-                    ev_to_turns: dict[str, list[int]] = defaultdict(list)
-                    for t, e in turn_to_ev.items():
-                        ev_to_turns[e].append(t)
-                    load_atoms(mem, user, atoms, ev_to_turns)
+                turn_to_ev = evidence_of(mem, user, u["history"]) if built else load_user(mem, user, u["history"])
                 for qa in u["questions"]:
                     gold = set(qa["evidence"])
                     # As Memory.search does it: the query role, and no vector for a language
@@ -94,18 +103,19 @@ def run(embedder: str, atoms: Path | None) -> dict:
             Path(tmp, "u.db").unlink()
             for suffix in ("-wal", "-shm"):
                 Path(tmp, "u.db" + suffix).unlink(missing_ok=True)
-    return {"embedder": name, "atoms": str(atoms) if atoms else "none (no extraction: atoms/both hold turns only)",
+    return {"embedder": name,
+            "atoms": "extracted by the bundled model, deduplicated with e5" if built else "none (no extraction)",
             "summary": {k: _mean(v) for k, v in results.items()}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embedders", nargs="+", default=["default", "minilm"])
-    parser.add_argument("--atoms", type=Path, default=None)
+    parser.add_argument("--built", type=Path, default=None, help="folder of extracted files (made if missing)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "memorybank_retrieval.json")
     args = parser.parse_args()
     out = {"command": "python " + " ".join(sys.argv), "data": str(DATA.name),
-           "runs": [run(e, args.atoms) for e in args.embedders]}
+           "runs": [run(e, args.built) for e in args.embedders]}
     args.out.write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     for r in out["runs"]:
         for name, s in r["summary"].items():

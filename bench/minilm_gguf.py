@@ -11,7 +11,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -33,20 +32,11 @@ def convert_to_gguf(out_path: str | os.PathLike[str], *, f16: bool = False) -> P
     tok = model.tokenizer
     specials = tok.special_ids
     tokens = [s if i in specials else (s[2:] if s.startswith("##") else "\u2581" + s) for i, s in enumerate(tok.id_to_token)]
-    arch = "bert"
-    metadata: list[tuple[str, int, Any]] = [
-        ("general.architecture", gguf.STR, arch),
-        ("general.name", gguf.STR, assets.MINILM_NAME),
-        ("general.file_type", gguf.U32, 1 if f16 else 0),
-        (f"{arch}.context_length", gguf.U32, model.max_tokens),
-        (f"{arch}.embedding_length", gguf.U32, config["hidden_size"]),
-        (f"{arch}.feed_forward_length", gguf.U32, config["intermediate_size"]),
-        (f"{arch}.block_count", gguf.U32, config["num_hidden_layers"]),
-        (f"{arch}.attention.head_count", gguf.U32, config["num_attention_heads"]),
-        (f"{arch}.attention.layer_norm_epsilon", gguf.F32, config["layer_norm_eps"]),
-        (f"{arch}.attention.causal", gguf.BOOL, False),
-        (f"{arch}.pooling_type", gguf.U32, 1),  # mean
-        ("tokenizer.ggml.model", gguf.STR, "bert"),
+    metadata = gguf.bert_metadata(
+        assets.MINILM_NAME, file_type=1 if f16 else 0, context=model.max_tokens, hidden=config["hidden_size"],
+        ffn=config["intermediate_size"], layers=config["num_hidden_layers"], heads=config["num_attention_heads"],
+        eps=config["layer_norm_eps"], tokenizer="bert",
+    ) + [
         ("tokenizer.ggml.tokens", gguf.ARR, (gguf.STR, tokens)),
         ("tokenizer.ggml.token_type", gguf.ARR,
          (gguf.I32, [gguf.TOKEN_CONTROL if i in specials else gguf.TOKEN_NORMAL for i in range(len(tokens))])),

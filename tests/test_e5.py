@@ -23,14 +23,6 @@ TEXTS = ["我喜欢喝咖啡，每天早上都要来一杯。", "I like coffee."
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("memdb-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MEMDB_CACHE", str(path))
-        yield path
-
-
-@pytest.fixture(scope="module")
 def model(cache: Path) -> embedders.E5Embedder:
     return embedders.load()
 

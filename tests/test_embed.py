@@ -26,15 +26,6 @@ REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mi
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A private MEMDB_CACHE for the whole module, so tests never touch the user's cache."""
-    path = tmp_path_factory.mktemp("memdb-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MEMDB_CACHE", str(path))
-        yield path
-
-
-@pytest.fixture(scope="module")
 def minilm(cache: Path) -> minilm_mod.MiniLM:
     return embedders.load("minilm")
 

@@ -148,7 +148,7 @@ def gguf_path() -> Path:
 
 
 def write_gguf(p: Packed, target: Path) -> None:
-    c, arch = p.config, "bert"
+    c = p.config
     vocab = c["vocab"]  # the embedding table has more rows than the vocabulary has pieces
     tokens = p.pieces + [f"[PAD{i}]" for i in range(len(p.pieces), vocab)]
     scores = np.concatenate([p.scores, np.full(vocab - len(p.pieces), -1e4, np.float32)])
@@ -156,19 +156,10 @@ def write_gguf(p: Packed, target: Path) -> None:
     for key in ("bos", "eos", "pad"):
         kinds[p.specials[key]] = gguf.TOKEN_CONTROL
     kinds[p.specials["unk"]] = gguf.TOKEN_UNKNOWN
-    metadata: list[tuple[str, int, Any]] = [
-        ("general.architecture", gguf.STR, arch),
-        ("general.name", gguf.STR, NAME),
-        ("general.file_type", gguf.U32, 2),  # mostly Q4_0
-        (f"{arch}.context_length", gguf.U32, c["max_positions"]),
-        (f"{arch}.embedding_length", gguf.U32, c["hidden"]),
-        (f"{arch}.feed_forward_length", gguf.U32, c["ffn"]),
-        (f"{arch}.block_count", gguf.U32, c["layers"]),
-        (f"{arch}.attention.head_count", gguf.U32, c["heads"]),
-        (f"{arch}.attention.layer_norm_epsilon", gguf.F32, c["eps"]),
-        (f"{arch}.attention.causal", gguf.BOOL, False),
-        (f"{arch}.pooling_type", gguf.U32, 1),  # mean
-        ("tokenizer.ggml.model", gguf.STR, "t5"),  # SentencePiece unigram
+    metadata = gguf.bert_metadata(
+        NAME, file_type=2, context=c["max_positions"], hidden=c["hidden"], ffn=c["ffn"], layers=c["layers"],
+        heads=c["heads"], eps=c["eps"], tokenizer="t5",  # mostly Q4_0; SentencePiece unigram
+    ) + [
         ("tokenizer.ggml.tokens", gguf.ARR, (gguf.STR, tokens)),
         ("tokenizer.ggml.scores", gguf.ARR, (gguf.F32, scores)),
         ("tokenizer.ggml.token_type", gguf.ARR, (gguf.I32, kinds)),

@@ -19,6 +19,27 @@ GGML_F32, GGML_F16, GGML_Q4_0 = 0, 1, 2  # tensor types
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_UNUSED = 1, 2, 3, 5
 
 
+def bert_metadata(name: str, *, file_type: int, context: int, hidden: int, ffn: int, layers: int, heads: int,
+                  eps: float, tokenizer: str) -> list[tuple[str, int, Any]]:
+    """The keys llama.cpp's BERT loader reads for a mean-pooled, non-causal encoder; the caller
+    adds its vocabulary's."""
+    arch = "bert"
+    return [
+        ("general.architecture", STR, arch),
+        ("general.name", STR, name),
+        ("general.file_type", U32, file_type),
+        (f"{arch}.context_length", U32, context),
+        (f"{arch}.embedding_length", U32, hidden),
+        (f"{arch}.feed_forward_length", U32, ffn),
+        (f"{arch}.block_count", U32, layers),
+        (f"{arch}.attention.head_count", U32, heads),
+        (f"{arch}.attention.layer_norm_epsilon", F32, eps),
+        (f"{arch}.attention.causal", BOOL, False),
+        (f"{arch}.pooling_type", U32, 1),  # mean
+        ("tokenizer.ggml.model", STR, tokenizer),
+    ]
+
+
 class Raw:
     """A tensor already in a ggml layout (e.g. Q4_0 blocks): its type, numpy-order shape, bytes."""
 
