@@ -57,8 +57,8 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
 
     similarity is the vector cosine of the two canonical lines (or their keyword overlap in
     keyword-only mode); the fields decide what a high similarity may mean. multilingual says
-    the vectors read Chinese and English alike (the default e5, not MiniLM): then Chinese lines
-    are judged by their vectors too, and a Chinese and an English line can meet at all.
+    the vectors read Chinese and English alike (the default e5, not MiniLM): then a Chinese and
+    an English line can meet at all, and English lines use e5's own merge threshold.
     """
     if _cancels(new, old, settings):
         return "conflict"
@@ -137,9 +137,11 @@ def _by_similarity(new: dict, old: dict, similarity: float, lexical: float, sett
     # only a high similarity merges, and never across a negation or two different names.
     if polarity(new) != polarity(old) or names_clash(new, old):
         return "distinct"
-    if keyword_only or (_has_cjk(new, old) and not multilingual):
+    if keyword_only or _has_cjk(new, old):
         # MiniLM reads most Chinese characters as [UNK]: two Chinese lines look alike to it
-        # whatever they say, so without shared values only the words can vouch for a merge.
+        # whatever they say. e5 reads them, but "小王喜欢咖啡" / "小王喜欢茶" still sit at 0.97
+        # (bench/dedup.py: zh merge precision 0.8 by vector, 1.0 by words), so without shared
+        # values only the words vouch for a merge; across languages see _across_languages.
         return "duplicate" if lexical >= settings.merge_keyword_overlap else "distinct"
     # e5's cosines sit higher and closer together than MiniLM's: its own threshold.
     threshold = settings.merge_similarity_multilingual if multilingual else settings.merge_similarity
