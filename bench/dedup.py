@@ -62,13 +62,25 @@ def cosines(pairs: list[dict], embedder) -> list[float]:
     return [float(vectors[2 * i] @ vectors[2 * i + 1]) for i in range(len(pairs))]
 
 
+# Whether the embedder measured reads Chinese and English alike (set by labelled()): the
+# relation then uses the multilingual thresholds, and those are the ones swept.
+MULTILINGUAL = False
+
+
+def _sim_field() -> tuple[str, tuple[float, ...]]:
+    if MULTILINGUAL:
+        return "merge_similarity_multilingual", (0.92, 0.93, 0.94, 0.95, 0.96, 0.97)
+    return "merge_similarity", (0.8, 0.82, 0.84, 0.86, 0.88, 0.9)
+
+
 def judge(pairs: list[dict], sims: list[float] | None, settings: Settings) -> list[str]:
     """The relation for each pair: with cosines, or keyword-only when sims is None."""
     out = []
     for i, pair in enumerate(pairs):
         a_line, b_line = codec.canonical_text(pair["a"]), codec.canonical_text(pair["b"])
         sim = sims[i] if sims is not None else relation.keyword_similarity(b_line, a_line)
-        out.append(relation.relation(pair["b"], pair["a"], sim, settings, keyword_only=sims is None))
+        out.append(relation.relation(pair["b"], pair["a"], sim, settings, keyword_only=sims is None,
+                                       multilingual=MULTILINGUAL))
     return out
 
 
@@ -113,8 +125,11 @@ def errors(pairs: list[dict], predicted: list[str], sims: list[float] | None) ->
 
 def sweep(pairs: list[dict], sims: list[float], base: Settings) -> list[dict]:
     rows = []
+    crosslingual = {"merge_similarity_crosslingual": (0.86, 0.88, 0.9, 0.92),
+                    "conflict_similarity_crosslingual": (0.84, 0.86, 0.88, 0.9)} if MULTILINGUAL else {}
     for field, values in {
-        "merge_similarity": (0.78, 0.82, 0.86, 0.9, 0.94),
+        _sim_field()[0]: _sim_field()[1],
+        **crosslingual,
         "merge_similarity_same_key": (0.5, 0.6, 0.66, 0.72, 0.8),
         "merge_value_overlap": (0.34, 0.5, 0.6, 0.75, 1.0),
         "merge_min_overlap": (0.0, 0.2, 0.3, 0.5),
@@ -137,15 +152,16 @@ def grid(pairs: list[dict], sims: list[float], base: Settings, top: int = 8) -> 
     """The best joint settings by F0.5 of the merge decision: precision counts double,
     because a wrong merge loses a fact while a missed one only spends budget."""
     rows = []
-    for ms in (0.8, 0.82, 0.84, 0.86, 0.88, 0.9):
+    field, values = _sim_field()
+    for ms in values:
         for sk in (0.6, 0.66, 0.7, 0.72, 0.76, 0.8):
             for vo in (0.5, 0.6, 0.75):
-                settings = dataclasses.replace(base, merge_similarity=ms, merge_similarity_same_key=sk,
+                settings = dataclasses.replace(base, **{field: ms}, merge_similarity_same_key=sk,
                                                merge_value_overlap=vo)
                 s = scores(pairs, judge(pairs, sims, settings))
                 p, r = s["merge_precision"] or 0.0, s["merge_recall"] or 0.0
                 f = 1.25 * p * r / (0.25 * p + r) if p + r else 0.0
-                rows.append({"merge_similarity": ms, "merge_similarity_same_key": sk, "merge_value_overlap": vo,
+                rows.append({field: ms, "merge_similarity_same_key": sk, "merge_value_overlap": vo,
                              "f0.5": round(f, 3), "merge_precision": p, "merge_recall": r,
                              "merged_but_distinct": s["merged_but_distinct"], "duplicates_left": s["duplicates_left"]})
     return sorted(rows, key=lambda row: -row["f0.5"])[:top]
@@ -162,7 +178,7 @@ def cross_check(pairs: list[dict], sims: list[float], base: Settings) -> dict:
         t_idx = [i for i, p in enumerate(pairs) if not p["source"].startswith(held_out)]
         e_idx = [i for i, p in enumerate(pairs) if p["source"].startswith(held_out)]
         best = grid([pairs[i] for i in t_idx], [sims[i] for i in t_idx], base, top=1)[0]
-        tuned = {k: best[k] for k in ("merge_similarity", "merge_similarity_same_key", "merge_value_overlap")}
+        tuned = {k: best[k] for k in (_sim_field()[0], "merge_similarity_same_key", "merge_value_overlap")}
         test = [pairs[i] for i in e_idx]
         s = scores(test, judge(test, [sims[i] for i in e_idx], dataclasses.replace(base, **tuned)))
         out[f"scored_on_{held_out}"] = {"tuned": tuned, **{k: s[k] for k in (
@@ -171,6 +187,8 @@ def cross_check(pairs: list[dict], sims: list[float], base: Settings) -> dict:
 
 
 def labelled(embedder, settings: Settings) -> dict:
+    global MULTILINGUAL
+    MULTILINGUAL = getattr(embedder, "multilingual", True)
     pairs = load_pairs(PAIRS)
     sims = cosines(pairs, embedder)
     vector = judge(pairs, sims, settings)
@@ -186,7 +204,8 @@ def labelled(embedder, settings: Settings) -> dict:
     return {
         "embedder": embedder.name,
         "settings": {k: getattr(settings, k) for k in (
-            "merge_similarity", "merge_similarity_same_key", "merge_value_overlap",
+            "merge_similarity", "merge_similarity_multilingual", "merge_similarity_crosslingual",
+            "conflict_similarity_crosslingual", "merge_similarity_same_key", "merge_value_overlap",
             "merge_keyword_overlap", "merge_min_overlap")},
         "labels": dict(Counter(p["label"] for p in pairs)),
         "vector": scores(pairs, vector),
@@ -283,7 +302,8 @@ def _one_conversation(sample: dict, atoms: list[dict], vectors: np.ndarray, embe
                 action, atom_id = absorb.absorb(
                     mem.conn, user=user, record=atom["record"], confidence=atom["confidence"],
                     turn_ids=[turn_of[d] for d in atom["dia_ids"] if d in turn_of], ts=_when(atom, times),
-                    vector=None if keyword_only else vectors[i], settings=settings)
+                    vector=None if keyword_only else vectors[i], settings=settings,
+                    multilingual=MULTILINGUAL)
             actions[action] += 1
             vector_of.setdefault(atom_id, vectors[i])
             if action != "new":
@@ -365,8 +385,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--atoms", type=Path, help="JSON lines of extracted dev-split candidates (part 2)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--embedder", default="default", help="'default' (multilingual-e5-small) or 'minilm'")
     args = parser.parse_args()
-    embedder, settings = embedders.load(), Settings()
+    embedder, settings = embedders.load(args.embedder), Settings()
     args.out.mkdir(parents=True, exist_ok=True)
     result = labelled(embedder, settings)
     (args.out / "dedup.json").write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

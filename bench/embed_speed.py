@@ -140,11 +140,11 @@ def main() -> None:
     texts, source = sentences(args.sentences)
     info = machine()
     settings = [t for t in args.threads.split(",") if t == "default" or _has_threadpoolctl()]
-    model = embedders.load()
+    model = embedders.load("minilm")
     tokens = statistics.mean(len(model.model.tokenizer.encode(t, 256)) for t in texts)
     numpy_rates: dict[str, dict[str, dict[str, float]]] = {}
     for setting in settings:
-        run = embedders.load(threads=None if setting == "default" else int(setting))
+        run = embedders.load("minilm", threads=None if setting == "default" else int(setting))
         numpy_rates[f"threads={setting}"] = {
             str(b): rate(run.embed, texts[: max(b, len(texts) // 4)] if b == 1 else texts, b, args.runs)
             for b in batches

@@ -31,6 +31,7 @@ import memdb  # noqa: E402
 from memdb import codec  # noqa: E402
 from memdb.db import connection  # noqa: E402
 from memdb.lifecycle import absorb  # noqa: E402
+from memdb.models import embedders  # noqa: E402
 from memdb.search import context as search_context  # noqa: E402
 from memdb.search import fusion as search_fusion  # noqa: E402
 from memdb.search import query as search_query  # noqa: E402
@@ -83,7 +84,7 @@ def load_atoms(mem: memdb.Memory, user: str, path: Path, dia_to_turn: dict[str, 
                 continue
             absorb.absorb(mem.conn, user=user, record=record, confidence=row.get("confidence", 0.8),
                           turn_ids=turn_ids, ts=max(ts_of[t] for t in turn_ids), vector=vector,
-                          settings=mem.settings)
+                          settings=mem.settings, multilingual=getattr(mem.embedder, "multilingual", True))
             mem.conn.execute('update "turns" set "state" = 1 where "id" in (%s)' % ",".join("?" * len(turn_ids)), turn_ids)
     return len(rows)
 
@@ -129,7 +130,7 @@ def built_file(mem: memdb.Memory, sample: dict) -> dict[str, int]:
     return dict(zip(dia_ids, ids))
 
 
-def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None) -> dict:
+def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None, embedder: str = "default") -> dict:
     samples = json.loads(data.read_text())
     results: dict[str, list[dict]] = defaultdict(list)
     sweep_rows: dict[tuple, list[dict]] = defaultdict(list)
@@ -138,16 +139,16 @@ def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None)
         for sample in samples:
             user = sample["sample_id"]
             if db_dir:  # extracted by the real pipeline: atoms as memdb keeps them
-                mem = memdb.open(db_dir / f"{user}.db", extract="defer")
+                mem = memdb.open(db_dir / f"{user}.db", extract="defer")  # the embedder the file records
                 dia_to_turn = built_file(mem, sample)
                 n_atoms = mem.stats()["atoms"]
             else:
-                mem = memdb.open(Path(tmp) / f"{user}.db", extract="defer")
+                mem = memdb.open(Path(tmp) / f"{user}.db", embedder=embedder, extract="defer")
                 dia_to_turn = load_conversation(mem, sample)
                 n_atoms = load_atoms(mem, user, atoms, dia_to_turn) if atoms else 0
             turn_to_dia = {t: d for d, t in dia_to_turn.items()}
             qas = [q for q in sample["qa"] if q.get("category") != 5 and evidence(q)]
-            qvecs = mem.embedder.embed([q["question"] for q in qas])
+            qvecs = embedders.query_vectors(mem.embedder, [q["question"] for q in qas])  # the query role
             print(f"{user}: {len(dia_to_turn)} turns, {n_atoms} atoms read, "
                   f"{mem.stats()['atoms']} atoms after dedup, {len(qas)} questions", file=sys.stderr)
             for qa, qvec in zip(qas, qvecs):
@@ -218,9 +219,10 @@ def main() -> None:
     parser.add_argument("--db-dir", type=Path, default=None,
                         help="read the files bench/qa_prepare.py built (the real pipeline) instead of --atoms")
     parser.add_argument("--no-sweep", action="store_true")
+    parser.add_argument("--embedder", default="default", help="for new files: 'default' (e5) or 'minilm'")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "locomo_retrieval.json")
     args = parser.parse_args()
-    result = run(args.data, args.atoms, not args.no_sweep, args.db_dir)
+    result = run(args.data, args.atoms, not args.no_sweep, args.db_dir, args.embedder)
     result["command"] = "python " + " ".join(sys.argv)
     result["data"] = args.data.name
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))

@@ -9,7 +9,7 @@ large transactions, so the file has exactly the layout, FTS rows and vec0 rows m
 
 Vectors. MiniLM runs at ~200 texts/s here, so 1M embeddings would take hours. Instead a pool
 of `POOL` base statements (a predicate + object + domain, no subject) is embedded for real
-with `memdb.models.embedders.load()`, and every atom is a *variant* of one base statement: same
+with `memdb.models.embedders.load("minilm")`, and every atom is a *variant* of one base statement: same
 meaning, its own subject, date and wording. Its vector is
 
     v = normalise(pool[j] + MIX * pool[k] + noise),   noise ~ N(0, SIGMA² / dim · I)
@@ -206,7 +206,7 @@ def pool_vectors(pool: list[Base], cache: Path | None = None) -> np.ndarray:
     from memdb.models import embedders
 
     t0 = time.perf_counter()
-    vectors = embedders.load().embed(lines)
+    vectors = embedders.load("minilm").embed(lines)
     print(f"embedded {len(lines)} pool lines in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     np.save(cache, vectors)
     return vectors

@@ -89,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--user", "-u", required=True, help="whose memory")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         if embedder:
-            p.add_argument("--embedder", default="minilm", help="'minilm' (default), a .gguf path, or 'none'")
+            p.add_argument("--embedder", default="auto",
+                           help="'auto' (the file's own, else the default), 'default', 'minilm', a .gguf path, or 'none'")
         if llm:
             p.add_argument("--llm", default=None,
                            help="extraction model: an instruct .gguf, or the URL of an OpenAI-compatible server")
@@ -143,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pairs", action="store_true",
                    help="instead: (turn, preceding turns, the atoms kept from it), to train an extractor on")
     p = command("reembed", _reembed, "rebuild every vector with another embedder", user=False)
-    p.add_argument("--to", required=True, help="'minilm' or a .gguf embedding model")
+    p.add_argument("--to", required=True, help="'default' (multilingual-e5-small), 'minilm' or a .gguf embedding model")
     p.add_argument("--threads", type=_count(1024), default=None, help="CPU threads for the embedder")
 
     p = command("mcp", _mcp, "serve the memory to an MCP client (Claude Desktop, Cursor, ...) over stdio; "

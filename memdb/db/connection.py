@@ -177,7 +177,7 @@ def has_vectors(conn: apsw.Connection) -> bool:
 
 
 def ensure_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
-    """Create the vec0 tables for an embedder, or refuse one whose dimension differs."""
+    """Create the vec0 tables for an embedder, or refuse one other than the file records."""
     if _vectors_held(conn, name, dim):
         return
     with write(conn):
@@ -188,12 +188,13 @@ def ensure_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
 
 
 def _vectors_held(conn: apsw.Connection, name: str, dim: int) -> bool:
-    held = get_meta(conn, "embedder_dim")
-    if held is not None and int(held) != dim:
+    held, held_name = get_meta(conn, "embedder_dim"), get_meta(conn, "embedder_name")
+    # Two embedders of one dimension still place texts differently: their vectors never mix.
+    if held is not None and (int(held) != dim or held_name != name):
         raise EmbedderMismatch(
-            f"this file holds {held}-dimensional vectors from {get_meta(conn, 'embedder_name')!r}, "
-            f"but the embedder {name!r} makes {dim}-dimensional ones; open it with the same "
-            "embedder, or rebuild the vectors with `memdb reembed`"
+            f"this file holds {held}-dimensional vectors from {held_name!r}, but the embedder "
+            f"{name!r} makes {dim}-dimensional ones of its own; open it with embedder={held_name!r} "
+            f"(or the default, which uses the file's), or move it with `memdb reembed FILE --to {name}`"
         )
     return held is not None and has_vectors(conn)
 

@@ -59,16 +59,19 @@ def absorb(
     settings: Settings,
     copies: VectorCopies | None = None,
     term_counts: TermCounts | None = None,
+    multilingual: bool = False,
 ) -> tuple[str, int]:
     """Store one extracted atom for user, deduplicated against what the user holds.
 
     Call inside connection.write(). Returns (action, atom_id): "merged" (no new row; atom_id is the
     atom it merged into), "new", "superseded" (new atom; older ones superseded by it, or it by
     a newer one already held) or "conflicting" (new atom; both marked conflicting).
+    multilingual says the vectors read Chinese and English alike (lifecycle.relation).
     """
     record = codec.validate(record)
     held = candidates(conn, user, record, vector, settings, copies=copies, term_counts=term_counts)
-    judged = [(h, relation(record, h.record, h.similarity, settings, keyword_only=vector is None)) for h in held]
+    judged = [(h, relation(record, h.record, h.similarity, settings, keyword_only=vector is None,
+                           multilingual=multilingual)) for h in held]
     duplicates = sorted((h for h, r in judged if r == "duplicate"), key=lambda h: -h.similarity)
     if duplicates:
         kept = duplicates[0]

@@ -57,21 +57,26 @@ _FAVOURITE = re.compile(r"(?:\bfavou?rite|最喜欢的)\s*([^\W\d_].*)", re.I)
 _COPULAS = frozenset({"is", "am", "are", "was", "were", "be", "是", "为"})
 
 
-def relation(new: dict, old: dict, similarity: float, settings: Settings, *, keyword_only: bool = False) -> str:
+def relation(new: dict, old: dict, similarity: float, settings: Settings, *, keyword_only: bool = False,
+             multilingual: bool = False) -> str:
     """How a new record stands to a held one: "duplicate", "conflict" or "distinct".
 
     similarity is the vector cosine of the two canonical lines (or their keyword overlap in
-    keyword-only mode); the fields decide what a high similarity may mean.
+    keyword-only mode); the fields decide what a high similarity may mean. multilingual says
+    the vectors read Chinese and English alike (the default e5, not MiniLM): then a Chinese and
+    an English line can meet at all, and English lines use e5's own merge threshold.
     """
     if _cancels(new, old, settings) or _quits(new, old):
         return "conflict"
     if not _same_topic(new, old):
         return "distinct"
+    if multilingual and not keyword_only and _has_cjk(new) != _has_cjk(old):
+        return _across_languages(new, old, similarity, settings)
     if not _kinds_compatible(new, old):
         # The small model's kind wavers ("keen on counseling" an event, then a preference):
         # across kinds only a near-identical statement merges, and nothing conflicts.
         lexical = keyword_similarity(codec.canonical_text(new), codec.canonical_text(old))
-        return _by_similarity(new, old, similarity, lexical, settings, keyword_only)
+        return _by_similarity(new, old, similarity, lexical, settings, keyword_only, multilingual)
     if {new["kind"], old["kind"]} == {"fact", "event"} and (attribute_key(new) or attribute_key(old)):
         # "moved to Hangzhou" replaces "lives in Berlin", but a fact restating the move is a
         # fact of its own: the event stays true whatever happens to the fact later.
@@ -80,7 +85,19 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     # Without vectors the fields carry the decision; the words only have to meet at all.
     floor = settings.merge_min_overlap if keyword_only else settings.merge_similarity_same_key
     by_slot = _by_slot(new, old, settings, confirmed=max(similarity, lexical) >= floor)
-    return by_slot or _by_similarity(new, old, similarity, lexical, settings, keyword_only)
+    return by_slot or _by_similarity(new, old, similarity, lexical, settings, keyword_only, multilingual)
+
+
+def _across_languages(new: dict, old: dict, similarity: float, settings: Settings) -> str:
+    """A Chinese and an English line share no words, so the vector alone says whether they
+    say one thing ("我喜欢喝咖啡" / "likes coffee"); opposite polarity on a line that close
+    is a conflict ("likes coffee" / "讨厌咖啡"). Names and numbers still have to agree."""
+    if names_clash(new, old) or not _kinds_compatible(new, old):
+        return "distinct"
+    if polarity(new) != polarity(old):
+        close = similarity >= settings.conflict_similarity_crosslingual and _statement_pair(new, old)
+        return "conflict" if close else "distinct"
+    return "duplicate" if similarity >= settings.merge_similarity_crosslingual else "distinct"
 
 
 def _cancels(new: dict, old: dict, settings: Settings) -> bool:
@@ -138,16 +155,20 @@ def _by_slot(new: dict, old: dict, settings: Settings, *, confirmed: bool) -> st
 
 
 def _by_similarity(new: dict, old: dict, similarity: float, lexical: float, settings: Settings,
-                   keyword_only: bool) -> str:
+                   keyword_only: bool, multilingual: bool) -> str:
     # Values worded differently ("a store selling fashion" / "an online clothing store"):
     # only a high similarity merges, and never across a negation or two different names.
     if polarity(new) != polarity(old) or names_clash(new, old):
         return "distinct"
     if keyword_only or _has_cjk(new, old):
         # MiniLM reads most Chinese characters as [UNK]: two Chinese lines look alike to it
-        # whatever they say, so without shared values only the words can vouch for a merge.
+        # whatever they say. e5 reads them, but "小王喜欢咖啡" / "小王喜欢茶" still sit at 0.97
+        # (bench/dedup.py: zh merge precision 0.8 by vector, 1.0 by words), so without shared
+        # values only the words vouch for a merge; across languages see _across_languages.
         return "duplicate" if lexical >= settings.merge_keyword_overlap else "distinct"
-    ok = similarity >= settings.merge_similarity and lexical >= settings.merge_min_overlap
+    # e5's cosines sit higher and closer together than MiniLM's: its own threshold.
+    threshold = settings.merge_similarity_multilingual if multilingual else settings.merge_similarity
+    ok = similarity >= threshold and lexical >= settings.merge_min_overlap
     return "duplicate" if ok else "distinct"
 
 

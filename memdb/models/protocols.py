@@ -22,7 +22,10 @@ class LLM(Protocol):
 
 @runtime_checkable
 class Embedder(Protocol):
-    """What memdb needs from an embedder."""
+    """What memdb needs from an embedder. Optional, looked up with getattr: embed_query(texts)
+    for a model with a query role (e5's "query: "; embed is then the passage role), and
+    multilingual = False for one that cannot read CJK (its vectors then get no weight for a
+    Chinese query, and Chinese atoms dedup by their words)."""
 
     name: str
     dim: int

