@@ -159,7 +159,8 @@ def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None,
                     t0 = time.perf_counter()
                     hits = search_fusion.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
                                                 settings=mem.settings, query_vector=qvec, fusion=fusion, alpha=alpha,
-                                                copies=mem.copies, term_counts=mem.term_counts)
+                                                copies=mem.copies, term_counts=mem.term_counts,
+                                                cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0))
                     latencies.append(time.perf_counter() - t0)
                     row = score(hits, gold, turn_to_dia)
                     # Tokens of what search returns (the hits' text) and of the same hits
@@ -173,7 +174,8 @@ def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None,
                         for a in np.round(np.linspace(0, 1, 11), 1):
                             hits = search_fusion.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
                                                         settings=mem.settings, query_vector=qvec, fusion="weighted",
-                                                        alpha=float(a), copies=mem.copies, term_counts=mem.term_counts)
+                                                        alpha=float(a), copies=mem.copies, term_counts=mem.term_counts,
+                                                        cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0))
                             sweep_rows[(layer, intent, float(a))].append(score(hits, gold, turn_to_dia))
             mem.close()
     summary = {name: _mean(rows) for name, rows in results.items()}

@@ -97,7 +97,8 @@ def run(embedder: str, built: Path | None) -> dict:
                     for name, (layer, alpha) in {**CONFIGS, **sweep}.items():
                         hits = search_fusion.search(mem.conn, qa["q"], user=user, k=20, layer=layer,
                                                     settings=mem.settings, query_vector=qvec, alpha=alpha,
-                                                    copies=mem.copies, term_counts=mem.term_counts)
+                                                    copies=mem.copies, term_counts=mem.term_counts,
+                                                    cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0))
                         results[name].append(score(hits, gold, turn_to_ev))
                 name = mem.embedder.name
             Path(tmp, "u.db").unlink()

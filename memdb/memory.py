@@ -390,7 +390,7 @@ class Memory:
         qvec = self._query_vector(query, user, session)
         args = dict(user=user, k=k, layer=layer, settings=self.settings, fusion=fusion, alpha=alpha,
                     include_superseded=include_superseded, copies=self.copies, term_counts=self.term_counts,
-                    keywords=self.keywords)
+                    keywords=self.keywords, cosine_baseline=getattr(self.embedder, "cosine_baseline", 0.0))
         with self._lock:
             try:
                 return fused_search(self.conn, query, query_vector=qvec, **args)

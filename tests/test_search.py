@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 
 import memdb
@@ -14,6 +15,7 @@ from memdb.db import connection
 from memdb.db import rows as db_rows
 from memdb.search import fusion as search_fusion
 from memdb.search import query as search_query
+from tests.conftest import HashEmbedder
 from memdb.lifecycle import absorb
 
 
@@ -299,3 +301,28 @@ def test_the_floor_keeps_every_hit_when_set_to_minus_one(db_path, embedder):
     with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as mem:
         _bob_and_alice(mem)
         assert 5 == len(mem.search("peanut allergies", user="bob", k=5))
+
+
+class NarrowEmbedder:
+    """Cosines squeezed into [0.75, 1] as e5's are: every pair of texts looks related."""
+
+    name, dim = "narrow-test", 65
+
+    def __init__(self, baseline: float | None) -> None:
+        self.words = HashEmbedder(dim=64)
+        if baseline is not None:
+            self.cosine_baseline = baseline
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        shared = np.full((len(texts), 1), np.sqrt(0.75), dtype=np.float32)
+        return np.hstack([shared, np.sqrt(0.25) * self.words.embed(texts)]).astype(np.float32)
+
+
+def test_cosines_are_measured_from_the_embedders_baseline(tmp_path):
+    # Unrelated texts at cosine 0.75 pass a floor of 0.2 unless search knows 0.75 means nothing.
+    found = {}
+    for baseline in (None, 0.75):
+        with memdb.open(tmp_path / f"{baseline}.db", embedder=NarrowEmbedder(baseline), extract="defer") as mem:
+            _bob_and_alice(mem)
+            found[baseline] = [h.text for h in mem.search("peanut allergies", user="bob", k=10)]
+    assert (5, []) == (len(found[None]), found[0.75])

@@ -25,7 +25,9 @@ class Embedder(Protocol):
     """What memdb needs from an embedder. Optional, looked up with getattr: embed_query(texts)
     for a model with a query role (e5's "query: "; embed is then the passage role), and
     multilingual = False for one that cannot read CJK (its vectors then get no weight for a
-    Chinese query, and Chinese atoms dedup by their words)."""
+    Chinese query, and Chinese atoms dedup by their words), and cosine_baseline, the cosine of
+    two unrelated texts (search rescales cosines from it, so that a model whose cosines all sit
+    near 0.8 does not rank everything alike)."""
 
     name: str
     dim: int
