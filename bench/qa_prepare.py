@@ -106,6 +106,8 @@ def build(path: Path, sample: dict, llm: Any) -> dict:
             start = time.monotonic()
 
             def progress(done: int, total: int) -> None:
+                if not done:  # extract() reports 0/N before the first turn
+                    return
                 rate = (time.monotonic() - start) / done
                 print(f"{user}: {expected - total + done}/{expected} turns extracted, "
                       f"{rate:.1f} s/turn, ~{rate * (total - done) / 60:.0f} min left", file=sys.stderr)
