@@ -726,3 +726,10 @@ def test_a_note_whose_object_only_repeats_its_subject_is_dropped():
     source = turn(1, "It's on the 21st next month, my first one ever.", speaker="Marcus", ts="2026-05-27T10:00:00")
     candidates, outcomes = model_only([source], FakeLLM(reply("my first one ever | | my first one ever")))
     assert ([], {"repeats its subject": 1}) == (texts(candidates), outcomes[1].dropped)
+
+
+def test_a_liking_taken_from_the_turn_is_a_preference_with_its_polarity():
+    source = turn(1, "I love sci-fi movies, especially Interstellar and Blade Runner 2049.", speaker="Bob")
+    (note,) = extract.extract([source], FakeLLM(reply()))[0]
+    assert ("Bob", "loves", "preference", "like") == (
+        note.record["subject"], note.record["predicate"], note.record["kind"], note.record.get("sentiment"))

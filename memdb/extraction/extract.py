@@ -160,7 +160,9 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
         record["object"] = f"{record.get('object', '')} {when}".strip()
         when = None
     # A note taken from the turn has no predicate of its own: its words say how it is meant.
-    stance = record.get("predicate", "") if not extractive else " ".join(record.get("object", "").split()[:6])
+    stance = record.get("predicate", "")
+    if extractive:  # its verb, and the object's first words ("says | I can't stand heavy metal")
+        stance = " ".join([stance, *record.get("object", "").split()[:6]]).strip()
     sentiment = normalize.sentiment(atom, stance)
     record["kind"] = normalize.kind(atom.get("kind"), {**record, "when": when}, sentiment)
     if sentiment != "neutral":
