@@ -326,3 +326,10 @@ def test_cosines_are_measured_from_the_embedders_baseline(tmp_path):
             _bob_and_alice(mem)
             found[baseline] = [h.text for h in mem.search("peanut allergies", user="bob", k=10)]
     assert (5, []) == (len(found[None]), found[0.75])
+
+
+def test_a_chinese_question_searches_its_content_bigrams_not_its_function_words():
+    from memdb.index import fts
+    assert ["最近", "尝试", "些健", "健身", "方法"] == fts.query_terms("最近我在尝试哪些健身的方法？")
+    assert ["你好", "好吗"] == fts.query_terms("你好吗")  # nothing but function words: all of them
+    assert ["bob", "like"] == fts.query_terms("What does Bob like?")

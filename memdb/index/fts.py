@@ -44,9 +44,23 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     return expression if sole else f'u : "{user_tag(user)}" AND ({expression})'
 
 
+# A Chinese question's bigrams that straddle a function word or a question word ("身的", "给我",
+# "哪些", "什么") match the way people talk, not what they talk about.
+_ZH_QUESTION_CHARS = frozenset("哪什么谁吗呢怎几")
+
+
 def query_terms(query: str) -> list[str]:
-    """The query's searchable terms, in order: each becomes one phrase of an OR."""
-    return [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
+    """The query's searchable terms, in order: each becomes one phrase of an OR. Chinese bigrams
+    with a function or question character are left out while others remain (MemoryBank-cn dev,
+    e5: turns MRR 0.715 -> 0.724, both R@10 0.890 -> 0.898, MRR 0.707 -> 0.715)."""
+    terms = [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
+    content = [t for t in terms if not _zh_function_bigram(t)]
+    return content or terms
+
+
+def _zh_function_bigram(term: str) -> bool:
+    return len(term) == 2 and text.is_cjk(term[0]) and text.is_cjk(term[1]) and bool(
+        set(term) & (text.ZH_STOP_CHARS | _ZH_QUESTION_CHARS))
 
 
 def distinctive_terms(conn: apsw.Connection, layer: str, user: str, query: str, *,
