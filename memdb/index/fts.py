@@ -36,6 +36,13 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     """
     sole = sole_user(conn, layer, user)
     terms = distinctive_terms(conn, layer, user, query, common=common, term_counts=term_counts if sole else None)
+    return match_for_terms(layer, user, terms, sole=sole, conn=conn, term_counts=term_counts, postings=postings)
+
+
+def match_for_terms(layer: str, user: str, terms: list[str], *, sole: bool, conn: apsw.Connection,
+                    term_counts: TermCounts | None = None, postings: int = 0) -> str | None:
+    """The MATCH of match_expression for terms already chosen (distinctive_terms); sole: whether
+    user is the only one in layer's table."""
     if sole and term_counts is not None and postings and terms:
         terms = _affordable(terms, term_counts.count(conn, layer, terms, postings), postings)
     if not terms:

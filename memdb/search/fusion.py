@@ -167,14 +167,13 @@ def search(
     sides = Sides()
     for name in [n for n in ("atoms", "turns") if layer in (n, "both")]:
         side = name[:-1]  # "atom" | "turn"
-        common = (settings.common_term_share, settings.common_term_rows)
-        ranked = None
-        if keywords is not None:
-            terms = fts.distinctive_terms(conn, name, user, query, common=common,
-                                          term_counts=term_counts if fts.sole_user(conn, name, user) else None)
-            ranked = keywords.top_k(conn, name, user, terms, pool)
-        match = None if ranked is not None else fts.match_expression(
-            conn, name, user, query, term_counts=term_counts, postings=settings.keyword_postings, common=common)
+        # The terms are chosen once: a keyword copy scores them, else FTS5 matches them.
+        sole = fts.sole_user(conn, name, user)
+        terms = fts.distinctive_terms(conn, name, user, query, common=(settings.common_term_share,
+                                      settings.common_term_rows), term_counts=term_counts if sole else None)
+        ranked = keywords.top_k(conn, name, user, terms, pool) if keywords is not None else None
+        match = None if ranked is not None else fts.match_for_terms(
+            name, user, terms, sole=sole, conn=conn, term_counts=term_counts, postings=settings.keyword_postings)
         if ranked is not None:
             params[f"{side}_keyword_hits"] = json.dumps(ranked)
             setattr(sides, f"{side}_keyword", f"{side}_keyword_hits")
