@@ -733,3 +733,35 @@ def test_a_liking_taken_from_the_turn_is_a_preference_with_its_polarity():
     (note,) = extract.extract([source], FakeLLM(reply()))[0]
     assert ("Bob", "loves", "preference", "like") == (
         note.record["subject"], note.record["predicate"], note.record["kind"], note.record.get("sentiment"))
+
+
+def test_a_chinese_note_keeps_its_facts_without_the_small_talk_around_them():
+    history = [turn(1, "有什么可以帮你？", speaker="AI", role="assistant")]
+    source = turn(2, "你好呀～我叫陈静，在一家做支付的公司写后端，主要用 Go。帮我看看这个查询怎么优化？谢谢🙏", speaker="陈静")
+    llm = FakeLLM(reply("陈静 | | 你好呀～我叫陈静，在一家做支付的公司写后端，主要用 Go"))
+    assert ["陈静在一家做支付的公司写后端，主要用 Go"] == texts(model_only([source], llm, history=history)[0])
+
+
+def test_a_chinese_note_of_only_small_talk_is_dropped():
+    history = [turn(1, "有什么可以帮你？", speaker="AI", role="assistant")]
+    source = turn(2, "对了，明天 staging 要重启，记一下。谢谢🙏 好了我去开早会了，回头聊。", speaker="陈静")
+    candidates, outcomes = model_only([source], FakeLLM(reply("陈静 | | 谢谢🙏 好了我去开早会了，回头聊")), history=history)
+    assert ([], {"small talk": 1}) == (texts(candidates), outcomes[2].dropped)
+
+
+def test_a_chinese_line_glued_from_words_the_turn_never_said_gives_way_to_the_turn_s_clause():
+    source = turn(1, "8月我们全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画。下个月中旬我要去杭州出差。",
+                  speaker="陈静", ts="2026-09-02T10:00:00")
+    llm = FakeLLM(reply("陈静 | 希望在青岛画个够， | 希望在杭州出差 | 8月"))
+    candidates, outcomes = extract.extract([source], llm)
+    assert "not the turn's words" in outcomes[1].dropped
+    assert ("陈静陈静全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画", "2026-08") in [
+        (codec.canonical_text(c.record), c.record.get("date")) for c in candidates]
+
+
+def test_a_digit_inside_chinese_is_checked_as_a_number_not_as_the_whole_run():
+    from memdb.extraction.ground import ground
+    assert None is ground({"subject": "陈静", "object": "8月陈静全家刚去了趟青岛"}, "8月我们全家刚去了趟青岛", {"陈静"},
+                          extractive=True)
+    assert "entity not in source: '9'" == ground({"subject": "陈静", "object": "9月陈静全家去了青岛"}, "8月我们全家去了青岛",
+                                                 {"陈静"}, extractive=True)

@@ -182,6 +182,12 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
     if why:
         return None, why
     record = gate.repair_persons(record, speaker, listener, zh)
+    if zh and record.get("object"):
+        record["object"] = gate.trim_zh(record["object"], speaker)
+        if not record["object"]:
+            return None, "small talk"
+        if not extractive and gate.pieced_together(record, turn.content, speaker, listener, turn.ts):
+            return None, "not the turn's words"
     why = gate.judge(record, sentence, names | {speaker})
     if why:
         return None, why

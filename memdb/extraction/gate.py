@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from .. import text
+from .. import text, timeparse
 from .prefilter import FIRST_PERSON_WORDS, PHATIC_WORDS, SECOND_PERSON
 
 # Words that praise, feel or react: a line made only of them (and names) holds no fact.
@@ -118,6 +118,52 @@ def _named(value: str, speaker: str, listener: str | None, zh: bool) -> str:
     for pattern, name in rules:
         value = re.sub(pattern, name, value, flags=re.I)
     return " ".join(value.split())
+
+
+# A Chinese note is cut at its clauses; a clause that greets, thanks, takes leave, asks, asks the
+# assistant for help, announces a topic or only reacts is small talk, even inside a sentence
+# that also states a fact ("你好呀～我叫陈静，在一家做支付的公司写后端" keeps the job).
+_ZH_CLAUSE = re.compile(r"([^，,。！？!?；;～~…：:—\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]+)"
+                        r"([，,。！？!?；;～~…：:—\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D\s]*)")
+_ZH_SMALL_TALK = re.compile(
+    r"^(?:你好|您好|嗨|哈喽|早安?|早上好|中午好|下午好|晚上好|晚安|好[啦了的嘞呀吧](?:我.*)?|嗯+|哦+|啊+|唉|哎|哈哈+|嘿嘿|嘻嘻)$"
+    r"|谢谢|多谢|感谢|回头聊|回头见|下次聊|先这样|拜拜|再见"
+    r"|^(?:帮|替|给)我(?:看|写|想|查|改|找|整理|过一遍|记|提醒|推荐)|^帮忙|问(?:你)?(?:个|一下)|^(?:最后)?一个问题"
+    r"|^(?:说正事|言归正传|跟你说|跟你讲|说到\S{1,4}$)|^(?:说得|有道理|好主意|原来如此)|^感觉|^就是这[条个]$"
+    r"|^我?(?:叫|是)我$")
+
+
+def trim_zh(value: str, speaker: str) -> str:
+    """A Chinese note without its small-talk clauses and emoji ("" when nothing else is left)."""
+    kept = []
+    for clause, sep in _ZH_CLAUSE.findall(value):
+        clause = clause.strip()
+        probe = clause.replace(speaker, "我")
+        asks = "？" in sep or "?" in sep or probe.endswith(("吗", "咋办", "怎么办"))
+        if asks or _ZH_SMALL_TALK.search(probe):
+            continue
+        sep = re.sub(r"[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]", "", sep)
+        kept.append(clause + (sep[:1] or ("，" if text.has_cjk(clause) else " ")))
+    return "".join(kept).strip(" ，,。：:；;—～~…")
+
+
+def pieced_together(record: dict, content: str, speaker: str, listener: str | None, ts: str) -> bool:
+    """Whether a small model's Chinese line is not the turn's words: a piece of its object (between
+    punctuation, time words aside) or a predicate longer than a verb that the turn never says
+(give or take an adverb),
+    once the turn's persons are named the same way. Such lines are glued from several places
+    ("希望在青岛画个够，希望在杭州出差"); the turn's own clause (clauses.notes) says it better."""
+    said = _named(content, speaker, listener, True)
+    value = record.get("object", "")
+    for phrase, _ in timeparse.find(value, ts):
+        value = value.replace(phrase, " ")
+    pieces = [p for part in _ZH_CLAUSE.findall(value) for p in part[0].split()]
+    predicate = record.get("predicate", "").strip(" ，,")
+    if sum(text.is_cjk(ch) for ch in predicate) > 3:
+        pieces.append(predicate)
+    # A dropped adverb is a paraphrase, not a glue: the piece's characters in the turn's order,
+    # at most three apart ("写代码别用" in "写代码千万别用").
+    return any(text.has_cjk(p) and not re.search(".{0,3}".join(map(re.escape, p)), said) for p in pieces)
 
 
 def addressed(record: dict, listener: str | None) -> bool:

@@ -13,7 +13,9 @@ from .. import text
 from .prefilter import PHATIC_WORDS
 from .prompt import FEWSHOT_MARKERS
 
-_LATIN_ENTITY = re.compile(r"\b(?:[A-Z][\w'’-]*|[\w-]*\d[\w-]*)\b")
+# Latin letters and digits only: in "8月我们全家" the entity is "8", not the whole run of
+# characters (\w would take the Chinese too, and a renamed "我们" would fail the check).
+_LATIN_ENTITY = re.compile(r"(?<![A-Za-z0-9'’-])(?:[A-Z][A-Za-z0-9'’-]*|[A-Za-z0-9-]*\d[A-Za-z0-9-]*)(?![A-Za-z0-9'’-])")
 
 
 def ground(record: dict, source: str, names: set[str], *, extractive: bool = False) -> str | None:
