@@ -240,6 +240,10 @@ def test_by_default_history_only_lends_speaker_names():
     ("Caroline | can't eat | pottery", "constraint", None),
     ("Caroline | made | pottery", "event", None),
     ("Caroline | has | pottery", "fact", None),
+    ("Caroline | is so thrilled with | pottery", "fact", None),  # a state, not something that happened
+    ("Caroline | has only visited | pottery", "event", None),  # "only" alone is no rule
+    ("Caroline | lost | pottery", "event", None),
+    ("Caroline | says pottery is her go-to for | pottery", "preference", "like"),
 ])
 def test_kind_and_sentiment_come_from_a_closed_set(atom, kind, sentiment):
     candidates, _ = model_only([turn(1, "Pottery, pottery, pottery.")], FakeLLM(reply(atom)))

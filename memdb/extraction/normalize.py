@@ -38,7 +38,7 @@ _DISLIKE_PREDICATE = re.compile(
     r"not anymore|switched from)\b|不喜欢|讨厌|厌恶|受不了|反感|不爱|戒|不再|不喝|不吃", re.I)
 _LIKE_PREDICATE = re.compile(
     r"\b(?:likes?|loves?|loving|enjoys?|enjoying|adores?|prefers?|fond of|into|favou?rites?|fave|fan of|"
-    r"passion\w*|a big fan|keen on|dreams? of|dream|wants? to|would love to|wishes|hopes? to|"
+    r"passion\w*|a big fan|keen on|dreams? of|dream|wants? to|would love to|wishes|hopes? to|go-to|top pick|fav|"
     r"interested in|cherish\w*|treasures?)\b|喜欢|爱|偏爱|偏好|热爱|最爱|想要|希望|梦想", re.I)
 _FIRST_PERSON = {"i", "me", "myself", "i'm", "im", "the speaker", "speaker", "我", "我自己", "本人", "自己"}
 _USER_WORDS = {"user", "the user", "用户", "该用户"}
@@ -49,13 +49,19 @@ _HEDGES = re.compile(
 
 _CONSTRAINT_WORDS = re.compile(
     r"\b(?:must|mustn't|never|can't|cannot|can not|not allowed|allergic|allergy|forbid\w*|avoids?|banned|"
-    r"no longer allowed|has to|have to|needs? to|only|no (?!doubt|way|problem|worries|idea|clue)\w+|"
+    r"no longer allowed|has to|have to|needs? to|can only|only (?:eats?|drinks?|uses?)|"
+    r"no (?!doubt|way|problem|worries|idea|clue)\w+|"
     r"vegetarian|vegan|rule|nothing|stays? inside|must not)\b|不能|禁止|不要|不许|不准|不可|别|必须|只能|过敏|忌|不用|一律|不让|规矩", re.I)
 _EVENT_WORDS = re.compile(
     r"\b(?:\w+ed|went|got|made|took|saw|met|did|bought|ran|began|won|found|gave|told|came|left|"
     r"wrote|read|sold|built|drew|flew|drove|threw|held|taught|brought|caught|kept|heard|paid|sent|"
-    r"spent|grew|chose|became|is going|are going|will|plans? to|planning|going|off to|visit\w*|"
+    r"spent|grew|chose|became|lost|quit|fell|broke|began|is going|are going|will|plans?|planning|going|off to|visit\w*|"
     r"trip|packing|moving|signed up|booked)\b|了|过|刚|将要|打算|计划|去了|参加", re.I)
+
+
+# "is swamped", "are so excited": a participle after "to be" says how someone is, not what happened.
+_STATES = re.compile(r"\b(?:am|is|are|was|were|'m|'re|'s|be|been|feels?|felt)\s+(?:(?:so|very|really|pretty|super|too|a bit)\s+)*\w+ed\b",
+                     re.I)
 
 
 def kind(value: str | None, record: dict, sentiment: str) -> str:
@@ -68,7 +74,7 @@ def kind(value: str | None, record: dict, sentiment: str) -> str:
         return "constraint"
     if sentiment != "neutral":
         return "preference"
-    if record.get("when") or _EVENT_WORDS.search(record.get("predicate", "")):
+    if record.get("when") or _EVENT_WORDS.search(_STATES.sub("", record.get("predicate", ""))):
         return "event"
     if _EVENT_WORDS.match(record.get("object", "")):
         return "event"  # "Melanie | | went camping": the verb landed in the object
