@@ -769,3 +769,18 @@ def test_a_digit_inside_chinese_is_checked_as_a_number_not_as_the_whole_run():
                           extractive=True)
     assert "entity not in source: '9'" == ground({"subject": "陈静", "object": "9月陈静全家去了青岛"}, "8月我们全家去了青岛",
                                                  {"陈静"}, extractive=True)
+
+
+def test_a_sentence_that_only_dates_the_one_before_lends_it_its_date():
+    source = turn(1, "Oh, and I finally signed up for a half marathon. It's on the 21st next month, my first one ever.",
+                  speaker="Marcus", ts="2026-05-27T08:50:00")
+    candidates, outcomes = extract.extract([source], FakeLLM(reply()))
+    assert [("Marcus finally signed up for a half marathon", "2026-06-21")] == [
+        (codec.canonical_text(c.record), c.record.get("date")) for c in candidates]
+    assert {"dates the note before": 1} == outcomes[1].dropped
+
+
+def test_a_time_that_is_all_the_object_says_dates_the_note_and_keeps_its_words():
+    source = turn(1, "Been training since March.", speaker="Marcus", ts="2026-05-27T08:50:00")
+    (note,) = extract.extract([source], FakeLLM(reply()))[0]
+    assert ("Marcus has been training since March", "2026-03") == (codec.canonical_text(note.record), note.record.get("date"))

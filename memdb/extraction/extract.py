@@ -107,7 +107,7 @@ def _extract_turn(turn: Turn, shown: list[Turn], llm: LLM, names: set[str], list
         candidates.append(candidate)
     if settings.extract_fill:
         candidates += _fill_gaps(turn, candidates, names, listener, settings, outcome)
-    return candidates, outcome
+    return _lend_dates(candidates, outcome), outcome
 
 
 def _fill_gaps(turn: Turn, found: list[Candidate], names: set[str], listener: str | None,
@@ -124,6 +124,24 @@ def _fill_gaps(turn: Turn, found: list[Candidate], names: set[str], listener: st
             continue
         filled.append(candidate)
     return filled
+
+
+_POINTS_BACK = re.compile(r"^(?:it|that)(?:'s| is| was|'ll be| will be)\b[\s,]*", re.I)
+
+
+def _lend_dates(candidates: list[Candidate], outcome: Outcome) -> list[Candidate]:
+    """"I signed up for a half marathon. It's on the 21st next month.": the second note only
+    dates the first, so the undated event before it takes its date and the second goes."""
+    kept: list[Candidate] = []
+    for cand in candidates:
+        before = kept[-1].record if kept else None
+        if (before and before["kind"] == "event" and "date" not in before and cand.record.get("date")
+                and _POINTS_BACK.match(cand.record.get("object", ""))):
+            before["date"], before["when"] = cand.record["date"], cand.record.get("when", cand.record["date"])
+            _count(outcome, "dates the note before")
+            continue
+        kept.append(cand)
+    return kept
 
 
 def _call(llm: LLM, messages: list[dict[str, str]], schema: dict,

@@ -154,8 +154,11 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
             if len(value) > len(phrase) + 2:
                 gap = "" if text.has_cjk(phrase) else " "  # no spaces inside Chinese
                 value = record[part] = " ".join(value.replace(phrase, gap).split()).strip(" ,，")
-                if phrase.lower() in turn.content.lower():
-                    said.append(phrase)
+            elif part == "predicate":
+                continue  # the whole predicate a time ("is | since March"): nothing to read without it
+            # The time is all the object says ("has been training | since March"): its words stay.
+            if phrase.lower() in turn.content.lower():
+                said.append(phrase)
     # "told us today she's leaving in September": the day of telling is not the event's
     when = when or next((p for p in said if not _TODAY.fullmatch(p)), said[0] if said else None)
     if record["kind"] == "fact" and _ZH_DONE.search(" ".join(record.get(f, "") for f in ("predicate", "object"))):
