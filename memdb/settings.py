@@ -25,6 +25,10 @@ class Settings:
     # After the model's notes, notes taken from the turn's own statements that none covers
     # (extraction/clauses.py): the small model skips many plainly stated facts.
     extract_fill: bool = True
+    # The model reads a turn only when those notes hold less than this share of its content
+    # terms (0: only when the rules find nothing; 1: every turn, e.g. with a bigger model
+    # behind an endpoint). Dev gold at 0.5: 104 calls instead of 163, recall unchanged.
+    extract_rules_cover: float = 0.5
     # Confidence of an extracted atom: about its own speaker, about someone else, and the
     # penalty when its sentence hedges ("maybe", "可能").
     confidence_own: float = 0.9
@@ -148,7 +152,7 @@ class Settings:
                      "merge_similarity_multilingual", "merge_similarity_crosslingual",
                      "conflict_similarity_crosslingual", "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",
                      "merge_min_overlap", "merge_gain", "comparable_confidence", "cancel_overlap", "freshness_floor",
-                     "confidence_floor", "session_weight", "common_term_share"):
+                     "confidence_floor", "session_weight", "common_term_share", "extract_rules_cover"):
             _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
         _check(_is_number(self.min_similarity, -1, 1), "min_similarity", "a cosine from -1 to 1")
         for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb", "keyword_copy_mb"):

@@ -58,8 +58,9 @@ def open_with_llm(db_path, embedder):
     """Opens the test file again with a scripted model (open(llm=...)), closed after the test."""
     opened: list[memdb.Memory] = []
 
-    def open_(llm):
-        opened.append(memdb.open(db_path, embedder=embedder, extract="defer", llm=llm))
+    def open_(llm, **settings):
+        opened.append(memdb.open(db_path, embedder=embedder, extract="defer", llm=llm,
+                                 settings=memdb.Settings(**settings)))
         return opened[-1]
 
     yield open_

@@ -45,7 +45,8 @@ def test_tool_and_assistant_turns_are_never_extracted(db_path, embedder):
             asked.append(messages[-2]["content"])
             return '{"a": []}'
 
-    with memdb.open(db_path, embedder=embedder, llm=Recording(), extract="now") as mem:
+    every_turn = memdb.Settings(extract_rules_cover=1.0)  # the model reads every turn extraction keeps
+    with memdb.open(db_path, embedder=embedder, llm=Recording(), extract="now", settings=every_turn) as mem:
         mem.add(TRANSCRIPT, user="alice")
         states = [row["state"] for row in mem.export("alice") if row["type"] == "turn"]
     assert ["skipped", "done", "skipped", "skipped", "skipped"] == states

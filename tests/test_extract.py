@@ -757,7 +757,7 @@ def test_a_chinese_line_glued_from_words_the_turn_never_said_gives_way_to_the_tu
     source = turn(1, "8月我们全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画。下个月中旬我要去杭州出差。",
                   speaker="陈静", ts="2026-09-02T10:00:00")
     llm = FakeLLM(reply("陈静 | 希望在青岛画个够， | 希望在杭州出差 | 8月"))
-    candidates, outcomes = extract.extract([source], llm)
+    candidates, outcomes = extract.extract([source], llm, settings=Settings(extract_rules_cover=1.0))
     assert "not the turn's words" in outcomes[1].dropped
     assert ("陈静陈静全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画", "2026-08") in [
         (codec.canonical_text(c.record), c.record.get("date")) for c in candidates]
@@ -784,3 +784,16 @@ def test_a_time_that_is_all_the_object_says_dates_the_note_and_keeps_its_words()
     source = turn(1, "Been training since March.", speaker="Marcus", ts="2026-05-27T08:50:00")
     (note,) = extract.extract([source], FakeLLM(reply()))[0]
     assert ("Marcus has been training since March", "2026-03") == (codec.canonical_text(note.record), note.record.get("date"))
+
+
+def test_a_turn_the_rules_cover_is_not_sent_to_the_model():
+    llm = FakeLLM(reply("Marcus | likes | something else"))
+    source = turn(1, "I'm moving to Denver in August with my partner Jordan.", speaker="Marcus", ts="2026-06-25T10:00:00")
+    candidates, _ = extract.extract([source], llm)
+    assert ([], ["Marcus is moving to Denver with Marcus's partner Jordan"]) == (llm.calls, texts(candidates))
+
+
+def test_a_turn_the_rules_cover_poorly_goes_to_the_model():
+    llm = FakeLLM(reply("Marcus | prefers | green tea"))
+    candidates, _ = extract.extract([turn(1, "Green tea, every single time.", speaker="Marcus")], llm)
+    assert (1, ["Marcus prefers green tea"]) == (len(llm.calls), texts(candidates))

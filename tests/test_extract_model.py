@@ -8,6 +8,7 @@ import importlib.util
 import pytest
 
 from memdb import codec
+from memdb.settings import Settings
 from memdb.extraction import records
 from memdb.models import llama
 from memdb.extraction import prompt
@@ -67,10 +68,11 @@ def test_english_turns_give_atoms_about_the_right_speaker_with_dates(llm):
 
 def test_the_prompt_prefix_is_read_once_and_lazy_grammar_sampling_matches_llama_cpp(llm):
     ts = "2023-05-08T13:56:00"
-    extract.extract([_turn(10, "I adopted a puppy last week.", "Jon", ts)], llm)
+    every_turn = Settings(extract_rules_cover=1.0)  # these turns the rules alone would cover
+    extract.extract([_turn(10, "I adopted a puppy last week.", "Jon", ts)], llm, settings=every_turn)
     before = dict(llm.stats)
     second = _turn(11, "My sister moved to Denver in March.", "Jon", ts)
-    extract.extract([second], llm)
+    extract.extract([second], llm, settings=every_turn)
     read = llm.stats["prompt_tokens"] - before["prompt_tokens"]
     evaluated = llm.stats["prompt_eval_tokens"] - before["prompt_eval_tokens"]  # llama.cpp's own count
     rendered = llama._render_chatml(prompt.prompt_prefix("en")).removesuffix("<|im_start|>assistant\n")

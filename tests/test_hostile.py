@@ -371,7 +371,7 @@ GARBAGE = ["", "I'm sorry, I cannot help with that.", '{"a": 5}', GOOD[:25], "["
 
 @pytest.mark.parametrize("garbage", GARBAGE, ids=range(len(GARBAGE)))
 def test_garbage_output_fails_the_turns_with_a_reason_after_one_retry(open_with_llm, garbage):
-    mem = open_with_llm(fake := FakeLLM([garbage]))
+    mem = open_with_llm(fake := FakeLLM([garbage]), extract_rules_cover=1.0)  # the model reads every turn
     ids = mem.add([{"role": "user", "name": "Ana", "content": c} for c in INJECTED_DIALOGUE], user="ana")
     counts = mem.extract()
     rows = mem.turns(ids, user="ana")
@@ -382,7 +382,7 @@ def test_garbage_output_fails_the_turns_with_a_reason_after_one_retry(open_with_
 
 
 def test_a_model_that_raises_fails_the_turns_and_the_caller_goes_on(open_with_llm):
-    mem = open_with_llm(FakeLLM([RuntimeError("CUDA out of memory")]))
+    mem = open_with_llm(FakeLLM([RuntimeError("CUDA out of memory")]), extract_rules_cover=1.0)
     ids = mem.add([{"role": "user", "name": "Ana", "content": INJECTED_DIALOGUE[0]}], user="ana")
     mem.extract()
     (row,) = mem.turns(ids, user="ana")

@@ -133,7 +133,8 @@ def test_remember_extracts_at_once_with_the_model_given_by_llm(tmp_path, stub):
     stub.reply = '{"a": ["Anna | likes | green tea"]}'
     db = str(tmp_path / "agent.db")
     _, (remembered, profile) = serve_and_call(db, [
-        ("remember", {"messages": [{"role": "user", "name": "Anna", "content": "I love green tea."}]}),
+        # A line the rules take nothing from, so the model is asked.
+        ("remember", {"messages": [{"role": "user", "name": "Anna", "content": "Green tea, every single time."}]}),
         ("profile", {}),
     ], "--user", "anna", "--llm", stub.url, defer=False)
     assert {"turn_ids": [1]} == payload(remembered)

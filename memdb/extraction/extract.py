@@ -1,4 +1,10 @@
-"""One turn at a time: prefilter → prompt → the model → parse → normalize → ground.
+"""One turn at a time: prefilter → rules or prompt → the model → parse → normalize → ground.
+
+The rules go first: the notes taken from the turn's own clauses (clauses.py) are kept without a
+model call when they hold at least `Settings.extract_rules_cover` of the turn's content terms
+(dev gold, bench/atom_quality.py: 104 model calls instead of 163 at 0.5, with recall unchanged and
+precision, strict recall and compression up; the model adds nothing a clause does not say
+plainly, and most of what it adds on such turns is a second wording of the same fact).
 
 Each remaining turn goes to the model in its own call (a 0.5B model mixes lines up when given
 several: LoCoMo recall 0.77 with 1 line per call, 0.59 with 2, 0.27 with 6), with the turns
@@ -76,7 +82,13 @@ def _listener(sequence: list[Turn], at: int) -> str | None:
 
 def _extract_turn(turn: Turn, shown: list[Turn], llm: LLM, names: set[str], listener: str | None,
                   settings: Settings) -> tuple[list[Candidate], Outcome]:
-    """One model call (plus at most one retry) for one turn."""
+    """The notes the rules take from the turn when they cover enough of what it says (no model
+    call); else one model call (plus at most one retry) and the rules' notes for what it left out."""
+    if settings.extract_fill and settings.extract_rules_cover < 1:
+        outcome = Outcome("done")
+        ruled = _fill_gaps(turn, [], names, listener, settings, outcome)
+        if ruled and _coverage(turn, ruled, names) >= settings.extract_rules_cover:
+            return _lend_dates(ruled, outcome), outcome
     messages = build_messages([turn], shown, [turn])
     schema, budget = output_schema(1), max_tokens_for(1)
     atoms, error = _call(llm, messages, schema, budget)
@@ -108,6 +120,13 @@ def _extract_turn(turn: Turn, shown: list[Turn], llm: LLM, names: set[str], list
     if settings.extract_fill:
         candidates += _fill_gaps(turn, candidates, names, listener, settings, outcome)
     return _lend_dates(candidates, outcome), outcome
+
+
+def _coverage(turn: Turn, notes: list[Candidate], names: set[str]) -> float:
+    """The share of the turn's content terms (names aside) that the notes hold."""
+    said = set(text.terms(turn.content)) - {w.lower() for n in names for w in text.WORD.findall(n)}
+    held = {t for c in notes for t in text.terms(codec.canonical_text(c.record))}
+    return len(said & held) / len(said) if said else 1.0
 
 
 def _fill_gaps(turn: Turn, found: list[Candidate], names: set[str], listener: str | None,
