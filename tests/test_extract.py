@@ -612,6 +612,7 @@ def test_first_and_second_person_become_the_names_they_stand_for():
     ("My kids are great and I love them so much.", "she | loves | them", "pronoun subject"),
     ("I'm determined to make it work, whatever happens.", "Melanie | is determined to | make it work", "no concrete fact"),
     ("We all have unique paths in life.", "Melanie | all have | unique paths", "no concrete fact"),
+    ("That hike was magical, I will never forget it.", "Melanie | will never forget | it", "no concrete fact"),
     ("Look at this! My book shelf, with many books on it.", "Melanie's book shelf with many books on it | shares | a photo",
      "a shared photo"),
 ])

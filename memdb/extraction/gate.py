@@ -31,7 +31,7 @@ _EVALUATIVE = frozenset("""amazing awesome great good nice cool lovely wonderful
 # Words that point or generalise without naming anything: "will never forget it", "make it
 # work", "all have unique paths". With only these (and praise) left, a line names nothing.
 _VAGUE = frozenset("""it this that them others other all everyone everything determined sure alive blessed
-    forget pass paths path unique different difference huge happiness vision happen happens make made work
+    forget never always pass paths path unique different difference huge happiness vision happen happens make made work
     says find see inspire inspires loads throughout agree 100 lot lot's going happening chatted since life corner""".split())
 _ZH_EVALUATIVE = ("太好了", "真好", "不错", "厉害", "开心", "高兴", "谢谢", "感谢", "加油", "辛苦", "哈哈", "棒",
                   "好的", "好吧", "不对", "没问题", "可以", "谢", "嗯", "哦", "啊", "呀", "吧", "呢")
