@@ -153,6 +153,7 @@ class Settings:
     scenario_link_bonus: float = 0.15
     scenario_min_members: int = 2
     scenario_merge_similarity: float = 0.8
+    scenario_merge_keywords: float = 0.5
     scenario_max_members: int = 40
     scenario_half_life_days: float = 30.0
     scenario_state_atoms: int = 2
@@ -160,12 +161,17 @@ class Settings:
     scenario_block_members: int = 4
     scenario_blocks: int = 2
     # L3 persona (lifecycle/persona.py): the card holds about persona_tokens tokens of held facts,
-    # preferences and constraints about the user's own speakers, ranked by
-    # confidence x (1 + ln seen) x freshness (persona_half_life_days, down to freshness_floor)
-    # over the persona_candidates best-ranked atoms.
+    # preferences and constraints about the user's own speakers, ranked by confidence x
+    # (1 + ln seen) x freshness (persona_half_life_days, down to freshness_floor) x
+    # persona_kind_weight; the persona_candidates best are kept. Standing preferences and
+    # constraints weigh double: on MemoryBank-cn dev the card at 200 tokens then holds 15 of the
+    # 25 profile hobbies instead of 7 (14 with constraints doubled too; extraction kept 21 at all;
+    # bench/results/persona_memorybank.json).
     persona_tokens: int = 200
     persona_half_life_days: float = 180.0
     persona_candidates: int = 80
+    persona_kind_weight: dict[str, float] = field(
+        default_factory=lambda: {"fact": 1.0, "preference": 2.0, "constraint": 2.0})
 
     def __post_init__(self) -> None:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
@@ -176,8 +182,11 @@ class Settings:
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         _check(_is_int(self.scenario_blocks, 0), "scenario_blocks", "a non-negative integer")
         for name in ("scenario_join", "scenario_vector_weight", "scenario_keyword_weight", "scenario_link_bonus",
-                     "scenario_merge_similarity"):
+                     "scenario_merge_similarity", "scenario_merge_keywords"):
             _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
+        _check(set(self.persona_kind_weight) == {"fact", "preference", "constraint"} and all(
+            _is_number(v, 0, float("inf")) for v in self.persona_kind_weight.values()),
+            "persona_kind_weight", "a dict of fact, preference, constraint to non-negative weights")
         for name in ("scenario_half_life_days", "persona_half_life_days"):
             _check(_is_number(getattr(self, name), 0, float("inf")) and getattr(self, name) > 0, name,
                    "a positive number of days")

@@ -1,6 +1,7 @@
 """L3: the persona card, "who is this user" in about persona_tokens tokens.
 
-The card holds held (never superseded) facts, preferences and constraints about the user's own
+The file keeps the user's ranked persona lines (table "persona"); the card is the best of them
+that fit the reader's budget (render, with the reader's tokenizer). They hold held (never superseded) facts, preferences and constraints about the user's own
 speakers, one atom a line, each citing its atom id, ranked by how often and how recently they
 were confirmed: confidence x (1 + ln seen) x freshness. It is re-ranked from the best-ranked
 persona_candidates atoms (one bounded query, not a rebuild from the turns) whenever absorb
@@ -22,10 +23,10 @@ _KINDS = codec.codes(codec.KINDS, "fact", "preference", "constraint")
 
 
 def update(conn: apsw.Connection, user: str, settings: Settings) -> None:
-    """Re-rank the user's persona card. Call inside connection.write()."""
+    """Re-rank the user's persona lines. Call inside connection.write()."""
     speakers = _speakers(conn, user)
     lines: list[tuple[int, str, float]] = []
-    used, shown = 0, []
+    shown: list[set[str]] = []
     for atom_id, line, record, score in _ranked(conn, user, settings):
         if speakers and codec.unpack(record).get("subject") not in speakers:
             continue  # about someone else the user mentioned: not who the user is
@@ -33,13 +34,8 @@ def update(conn: apsw.Connection, user: str, settings: Settings) -> None:
         # The same thing said in other words (a repeat dedup did not merge) takes no second line.
         if any(_contained(terms, other, settings.merge_keyword_overlap) for other in shown):
             continue
-        rendered = f"{line} (#{atom_id})"
-        cost = text.approx_tokens(rendered) + 1
-        if used + cost > settings.persona_tokens:
-            continue
-        lines.append((atom_id, rendered, score))
+        lines.append((atom_id, f"{line} (#{atom_id})", score))
         shown.append(terms)
-        used += cost
     layers.write_card(conn, user, lines)
 
 
@@ -58,11 +54,14 @@ def _ranked(conn: apsw.Connection, user: str, settings: Settings) -> list[tuple]
         with latest as (select coalesce(max("ts"), ?) as at from "turns" where "user" = ?)
         select a."id", a."text", a."record",
                a."confidence" * (1 + ln(a."seen")) * (? + (1 - ?) * pow(0.5,
-                   max(0, julianday(latest.at) - julianday(a."last_seen")) / ?)) as score
+                   max(0, julianday(latest.at) - julianday(a."last_seen")) / ?))
+               * case a."kind" when ? then ? when ? then ? else ? end as score
         from "atoms" a, latest
         where a."user" = ? and a."status" in {codec.HELD} and a."kind" in {_KINDS}
         order by score desc, a."id" limit ?''',
         (now(), user, settings.freshness_floor, settings.freshness_floor, settings.persona_half_life_days,
+         codec.KINDS["preference"], settings.persona_kind_weight["preference"], codec.KINDS["constraint"],
+         settings.persona_kind_weight["constraint"], settings.persona_kind_weight["fact"],
          user, settings.persona_candidates)).fetchall()
 
 

@@ -10,11 +10,14 @@ grew past scenario_max_members may split in two when its members fall in two gro
 
 from __future__ import annotations
 
+import math
+
 import apsw
 import numpy as np
 
 from .. import codec
 from ..db import layers
+from ..index import vectors
 from ..settings import Settings
 from ..vecmath import unit
 
@@ -49,7 +52,14 @@ def _replaced(conn: apsw.Connection, atom_id: int) -> list[int]:
 
 def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray | None, settings: Settings,
             baseline: float, *, prefer: set[int]) -> int | None:
-    """The scenario atom_id joins, or None for a new one."""
+    """The scenario atom_id joins, or None for a new one.
+
+    Only scenarios that share a content term with the atom, or a source turn, are considered:
+    on LoCoMo dev the embedder places any two chatty notes about one person close (the median
+    atom has a neighbour at 0.72 rescaled cosine whatever the topic), so vectors alone chained
+    everything into two scenarios, one per speaker. Terms are weighed by how few scenarios use
+    them ("love", "says" weigh nothing), and the vector side is the atom's cosine to the
+    scenario's nearest member among its vector neighbours, else to the centroid."""
     if prefer:
         return min(prefer)
     line, record = conn.execute('select "text", "record" from "atoms" where "id" = ?', (atom_id,)).fetchone()
@@ -57,21 +67,52 @@ def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray |
     terms = set(layers.content_terms(line, subject))
     names = set(_names(line, subject))
     linked = _sharing_turns(conn, atom_id)
+    found = layers.candidates(conn, user)
+    weight = _term_weights(terms, [keywords for _, _, keywords, _ in found])
+    near = _nearest_members(conn, user, atom_id, vector, settings.dedup_candidates, baseline)
     if vector is not None:
         vector = unit(vector)
     best, best_score = None, -1.0
-    for sid, centroid, keywords, _ in layers.candidates(conn, user):
-        words = len(terms & keywords) / len(terms) if terms else 0.0
-        if vector is not None and centroid is not None:
-            score = (settings.scenario_vector_weight * _rescaled(float(np.dot(vector, centroid)), baseline)
-                     + settings.scenario_keyword_weight * words)
-        else:  # keyword-only: the terms carry both weights
+    for sid, centroid, keywords, _ in found:
+        shared = terms & keywords
+        if not shared and sid not in linked:
+            continue
+        words = sum(weight[t] for t in shared) / (sum(weight.values()) or 1.0)
+        if sid in near:
+            cosine = near[sid]
+        elif vector is not None and centroid is not None:
+            cosine = _rescaled(float(np.dot(vector, centroid)), baseline)
+        else:
+            cosine = None
+        if cosine is None:  # keyword-only: the terms carry both weights
             score = (settings.scenario_vector_weight + settings.scenario_keyword_weight) * words
+        else:
+            score = settings.scenario_vector_weight * cosine + settings.scenario_keyword_weight * words
         if sid in linked or names & keywords:
             score += settings.scenario_link_bonus
         if score > best_score:  # candidates come in id order: a tie goes to the older scenario
             best, best_score = sid, score
     return best if best_score >= settings.scenario_join else None
+
+
+def _term_weights(terms: set[str], keyword_sets: list[set[str]]) -> dict[str, float]:
+    """An idf over the user's scenarios: a term in every scenario's keywords says nothing."""
+    total = len(keyword_sets)
+    return {t: math.log((total + 1) / (sum(t in k for k in keyword_sets) + 0.5)) for t in terms}
+
+
+def _nearest_members(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray | None, k: int,
+                     baseline: float) -> dict[int, float]:
+    """{scenario: rescaled cosine of its nearest member} over the atom's k vector neighbours."""
+    if vector is None:
+        return {}
+    near = [(i, c) for i, c in vectors.nearest(conn, "atoms", user, vector, k + 1) if i != atom_id and c is not None]
+    of = layers.scenarios_of(conn, [i for i, _ in near])
+    out: dict[int, float] = {}
+    for i, c in near:
+        if i in of:
+            out[of[i]] = max(out.get(of[i], 0.0), _rescaled(c, baseline))
+    return out
 
 
 def _rescaled(cosine: float, baseline: float) -> float:
@@ -95,16 +136,20 @@ def _sharing_turns(conn: apsw.Connection, atom_id: int) -> set[int]:
 
 
 def _merge_nearest(conn: apsw.Connection, user: str, scenario_id: int, settings: Settings, baseline: float) -> int:
-    """Merge scenario_id with its nearest scenario when their centroids are this close: two
-    threads that turned out to be one. The larger keeps its id; returns the survivor."""
-    others = {sid: (c, n) for sid, c, _, n in layers.candidates(conn, user) if c is not None}
+    """Merge scenario_id with its nearest scenario when their centroids are this close and
+    they share scenario_merge_keywords of the smaller one's keywords: two threads that turned
+    out to be one. The larger keeps its id; returns the survivor."""
+    others = {sid: (c, words, n) for sid, c, words, n in layers.candidates(conn, user) if c is not None}
     mine = others.pop(scenario_id, None)
     if mine is None or not others:
         return scenario_id
     near = max(others, key=lambda sid: float(np.dot(others[sid][0], mine[0])))
-    if _rescaled(float(np.dot(others[near][0], mine[0])), baseline) < settings.scenario_merge_similarity:
+    theirs = others[near]
+    if _rescaled(float(np.dot(theirs[0], mine[0])), baseline) < settings.scenario_merge_similarity:
         return scenario_id
-    keep, gone = (near, scenario_id) if (others[near][1], -near) >= (mine[1], -scenario_id) else (scenario_id, near)
+    if len(mine[1] & theirs[1]) < settings.scenario_merge_keywords * min(len(mine[1]), len(theirs[1])):
+        return scenario_id
+    keep, gone = (near, scenario_id) if (theirs[2], -near) >= (mine[2], -scenario_id) else (scenario_id, near)
     layers.move_members(conn, [m.id for m in layers.members(conn, gone)], keep)
     layers.delete(conn, [gone])
     layers.refresh(conn, keep, settings)
