@@ -84,8 +84,8 @@ def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray |
             cosine = _rescaled(float(np.dot(vector, centroid)), baseline)
         else:
             cosine = None
-        if cosine is None:  # keyword-only: the terms carry both weights
-            score = (settings.scenario_vector_weight + settings.scenario_keyword_weight) * words
+        if cosine is None:  # keyword-only: the terms alone, against their own bar
+            score = words + settings.scenario_join - settings.scenario_join_keywords
         else:
             score = settings.scenario_vector_weight * cosine + settings.scenario_keyword_weight * words
         if sid in linked or names & keywords:
@@ -96,9 +96,10 @@ def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray |
 
 
 def _term_weights(terms: set[str], keyword_sets: list[set[str]]) -> dict[str, float]:
-    """An idf over the user's scenarios: a term in every scenario's keywords says nothing."""
+    """A smooth idf over the user's scenarios: a term in every scenario's keywords weighs least,
+    one in none (new to the user) most, but never so much that one new word outweighs the rest."""
     total = len(keyword_sets)
-    return {t: math.log((total + 1) / (sum(t in k for k in keyword_sets) + 0.5)) for t in terms}
+    return {t: math.log(1 + (total + 1) / (sum(t in k for k in keyword_sets) + 1)) for t in terms}
 
 
 def _nearest_members(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray | None, k: int,
