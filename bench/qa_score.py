@@ -1,4 +1,5 @@
-"""Blind QA check, step 2 of 2: blind judging input, then scores of memdb context vs raw turns.
+"""Blind QA check, step 2 of 2: blind judging input, then scores of memdb context vs raw turns
+(or of the two systems prepare.json names: "memdb" vs "l2l3" for qa_prepare.py --layers).
 
 bench/qa_prepare.py wrote questions.json (for the reader) and key.json (private) to --dir.
 Run from the repository root:
@@ -48,7 +49,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("memdb", "turns")
+SYSTEMS = ("memdb", "turns")  # unless prepare.json names its two ("systems": qa_prepare.py --layers)
 
 
 def read(path: Path) -> dict | list:
@@ -89,9 +90,9 @@ def mcnemar_p(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def rates(rows: list[dict[str, bool]]) -> dict:
+def rates(rows: list[dict[str, bool]], systems: tuple[str, ...] = SYSTEMS) -> dict:
     out: dict = {"n": len(rows)}
-    for system in SYSTEMS:
+    for system in systems:
         correct = sum(r[system] for r in rows)
         out[system] = {"correct": correct, "rate": round(correct / len(rows), 3) if rows else None}
     return out
@@ -107,34 +108,37 @@ def score(folder: Path) -> dict:
     for item, (qid, slot) in judge_key.items():
         right[qid][key[qid][slot]] = marks[item] == "correct"
     rows = [{"qid": qid, "category": key[qid]["category"], "conv": key[qid]["conv"], **right[qid]} for qid in key]
-    only = {s: sum(r[s] and not r[o] for r in rows) for s, o in (SYSTEMS, SYSTEMS[::-1])}
     prepare = read(folder / "prepare.json")
+    systems = tuple(prepare.get("systems", SYSTEMS))
+    only = {s: sum(r[s] and not r[o] for r in rows) for s, o in (systems, systems[::-1])}
     return {
-        "overall": rates(rows),
-        "by_category": {c: rates([r for r in rows if r["category"] == c]) for c in sorted({r["category"] for r in rows})},
-        "by_conv": {c: rates([r for r in rows if r["conv"] == c]) for c in sorted({r["conv"] for r in rows})},
-        "only_memdb_correct": only["memdb"],
-        "only_turns_correct": only["turns"],
-        "mcnemar_p": round(mcnemar_p(only["memdb"], only["turns"]), 4),
+        "systems": systems,
+        "overall": rates(rows, systems),
+        "by_category": {c: rates([r for r in rows if r["category"] == c], systems)
+                        for c in sorted({r["category"] for r in rows})},
+        "by_conv": {c: rates([r for r in rows if r["conv"] == c], systems) for c in sorted({r["conv"] for r in rows})},
+        **{f"only_{s}_correct": only[s] for s in systems},
+        "mcnemar_p": round(mcnemar_p(*only.values()), 4),
         "budget": prepare["budget"],
         "block_tokens": {s: {"mean": round(sum(k["tokens"][s] for k in key.values()) / len(key), 1),
-                             "max": max(k["tokens"][s] for k in key.values())} for s in SYSTEMS},
+                             "max": max(k["tokens"][s] for k in key.values())} for s in systems},
         "prepare": prepare,
         "per_question": rows,
     }
 
 
 def table(result: dict) -> str:
-    lines = [f"{'':14} {'n':>3} {'memdb':>12} {'turns':>12}"]
+    first, second = result["systems"]
+    lines = [f"{'':14} {'n':>3} {first:>12} {second:>12}"]
     groups = [("overall", result["overall"])] + [(f"category {c}", r) for c, r in result["by_category"].items()] \
         + list(result["by_conv"].items())
     for name, r in groups:
-        cells = [f"{r[s]['correct']:>3} ({r[s]['rate']:.0%})" for s in SYSTEMS]
+        cells = [f"{r[s]['correct']:>3} ({r[s]['rate']:.0%})" for s in result["systems"]]
         lines.append(f"{name:14} {r['n']:>3} {cells[0]:>12} {cells[1]:>12}")
     tokens = result["block_tokens"]
-    lines.append(f"only memdb right: {result['only_memdb_correct']}, only turns right: {result['only_turns_correct']} "
-                 f"(McNemar p={result['mcnemar_p']}); budget {result['budget']}, mean tokens "
-                 f"memdb {tokens['memdb']['mean']}, turns {tokens['turns']['mean']}")
+    lines.append(f"only {first} right: {result[f'only_{first}_correct']}, only {second} right: "
+                 f"{result[f'only_{second}_correct']} (McNemar p={result['mcnemar_p']}); budget {result['budget']}, "
+                 f"mean tokens {first} {tokens[first]['mean']}, {second} {tokens[second]['mean']}")
     return "\n".join(lines)
 
 
