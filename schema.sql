@@ -153,7 +153,7 @@ create table "scenarios" (
     "members" integer not null default 0,         -- member rows, any status
     "held" integer not null default 0,            -- members still active or conflicting
     "keywords" text not null default '',          -- the members' most frequent content terms
-    "centroid" blob,                              -- float32 unit mean of the members' vectors
+    "centroid" blob,                              -- float32 unit mean of the members' vectors (2+ of them)
     "heat" real not null default 0,               -- mentions, each fading with a half-life...
     "heat_at" text not null,                      -- ...as of this time
     "first_seen" text not null,

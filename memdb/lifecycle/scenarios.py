@@ -82,6 +82,8 @@ def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray |
             cosine = near[sid]
         elif vector is not None and centroid is not None:
             cosine = _rescaled(float(np.dot(vector, centroid)), baseline)
+        elif vector is not None:  # a one-atom scenario (no centroid kept) whose atom is not near
+            cosine = 0.0
         else:
             cosine = None
         if cosine is None:  # keyword-only: the terms alone, against their own bar
