@@ -85,6 +85,16 @@ def candidates(conn: apsw.Connection, user: str) -> list[tuple[int, np.ndarray |
                 (user,))]
 
 
+def single_members(conn: apsw.Connection, scenario_ids: Sequence[int]) -> dict[int, int]:
+    """{scenario id: its one atom} for one-atom scenarios (they keep no centroid of their own)."""
+    out: dict[int, int] = {}
+    for i in range(0, len(scenario_ids), 500):
+        part = list(scenario_ids[i:i + 500])
+        out.update(conn.execute(f'select "scenario_id", min("atom_id") from "scenario_atoms" where "scenario_id" in '
+                                f'({",".join("?" * len(part))}) group by 1', part).fetchall())
+    return out
+
+
 def create(conn: apsw.Connection, user: str, ts: str) -> int:
     """A new, empty scenario of user (filled by add_member, then refresh)."""
     conn.execute(

@@ -142,7 +142,11 @@ def _merge_nearest(conn: apsw.Connection, user: str, scenario_id: int, settings:
     """Merge scenario_id with its nearest scenario when their centroids are this close and
     they share scenario_merge_keywords of the smaller one's keywords: two threads that turned
     out to be one. The larger keeps its id; returns the survivor."""
-    others = {sid: (c, words, n) for sid, c, words, n in layers.candidates(conn, user) if c is not None}
+    found = layers.candidates(conn, user)
+    alone = layers.single_members(conn, [sid for sid, c, _, n in found if c is None and n == 1])
+    vectors = layers.atom_vectors(conn, list(alone.values()))
+    others = {sid: (c if c is not None else vectors.get(alone.get(sid, -1)), words, n) for sid, c, words, n in found}
+    others = {sid: v for sid, v in others.items() if v[0] is not None}
     mine = others.pop(scenario_id, None)
     if mine is None or not others:
         return scenario_id
