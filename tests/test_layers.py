@@ -205,3 +205,24 @@ def test_cli_shows_persona_and_scenarios(mem, payment, db_path, capsys):
                       "refactor code release"])
     out = capsys.readouterr().out
     assert "persona ·" in out and "scenario ·" in out
+
+
+@pytest.mark.model
+def test_real_model_end_to_end_scenarios_persona_and_forget(tmp_path, cache):
+    pytest.importorskip("llama_cpp")
+    with memdb.open(tmp_path / "real.db", user="ann", threads=2) as mem:
+        mem.add([{"role": "user", "name": "Ann", "content": c, "ts": f"2026-05-0{i + 1}T10:00:00"} for i, c in enumerate([
+            "I'm refactoring the payment module of our shop this month.",
+            "The payment module refactor has to ship by Friday, the tests still fail.",
+            "I love climbing on weekends.",
+            "I'm allergic to peanuts.",
+        ])])
+        card = mem.persona()
+        held = {a.id for a in mem.profile()}
+        assert card and all(int(line.rsplit("(#", 1)[1][:-1]) in held for line in card.splitlines())
+        for scenario in mem.scenarios():
+            assert {mem.get(a).user for a in scenario.atom_ids} == {"ann"}
+        block = mem.context("where are we on the payment refactor?", scenarios=True, persona=True)
+        assert block.startswith("persona · ")
+        mem.forget(user="ann")
+        assert ("", []) == (mem.persona(), mem.scenarios())
