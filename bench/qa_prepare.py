@@ -3,7 +3,8 @@ better than from raw turns at the same token budget?
 
 For each sampled question this writes two blocks under one budget: mem.context(q) (atoms and
 turns, layer="both") and mem.context(q, layer="turns") (raw turns only) — or, with --layers,
-mem.context(q) vs mem.context(q, scenarios=True, persona=True) ("l2l3") — labelled A/B in a
+mem.context(q) vs mem.context(q, scenarios=True, persona=True) ("l2l3"; --layers scenarios:
+without the persona, "scenarios") — labelled A/B in a
 seeded per-question random order. A reader answers from each block alone, a judge who sees
 neither block nor system marks each answer against the gold, and bench/qa_score.py counts.
 
@@ -172,10 +173,10 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--limit-turns", type=int, default=None, help="per conversation, for a quick test")
     parser.add_argument("--fake-llm", action="store_true", help=argparse.SUPPRESS)  # smoke test only
-    parser.add_argument("--layers", action="store_true",
+    parser.add_argument("--layers", nargs="?", const="l2l3", choices=("l2l3", "scenarios"), default=None,
                         help="instead of context() vs raw turns: context() as today (memdb) vs with scenario blocks "
-                             "and the persona card (l2l3), same budget; places the files' atoms first "
-                             "(Memory.build_layers, once)")
+                             "and the persona card (l2l3), or scenario blocks alone (scenarios), same budget; "
+                             "places the files' atoms first (Memory.build_layers, once)")
     parser.add_argument("--replay", type=Path, default=None,
                         help="keep the model's replies in this JSON file (atom_quality.ReplayLLM): a rebuild "
                              "after a change past the model costs no model time")
@@ -202,7 +203,7 @@ def main() -> None:
 
     rng = random.Random(args.seed)
     mems = {user: memdb.open(path, extract="defer", llm=llm) for user, path in paths.items()}
-    systems = ("memdb", "l2l3") if args.layers else ("memdb", "turns")
+    systems = ("memdb", args.layers) if args.layers else ("memdb", "turns")
     if args.layers:
         for user, mem in mems.items():
             built[user]["layers"] = mem.build_layers(user)
@@ -211,7 +212,8 @@ def main() -> None:
         qid = f"q{i:03d}"
         mem = mems[conv]
         blocks = {"memdb": mem.context(qa["question"], user=conv, budget=args.budget),
-                  systems[1]: mem.context(qa["question"], user=conv, budget=args.budget, scenarios=True, persona=True)
+                  systems[1]: mem.context(qa["question"], user=conv, budget=args.budget, scenarios=True,
+                                          persona=args.layers == "l2l3")
                   if args.layers else mem.context(qa["question"], user=conv, budget=args.budget, layer="turns")}
         order = rng.sample(list(systems), 2)  # order[0] is shown as A
         questions.append({"qid": qid, "question": qa["question"], "A": blocks[order[0]], "B": blocks[order[1]]})

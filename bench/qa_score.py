@@ -1,5 +1,5 @@
 """Blind QA check, step 2 of 2: blind judging input, then scores of memdb context vs raw turns
-(or of the two systems prepare.json names: "memdb" vs "l2l3" for qa_prepare.py --layers).
+(or of the two systems prepare.json names: "memdb" vs "l2l3" or "scenarios" for qa_prepare.py --layers).
 
 bench/qa_prepare.py wrote questions.json (for the reader) and key.json (private) to --dir.
 Run from the repository root:
