@@ -12,6 +12,7 @@ import memdb
 from memdb.cli import main
 from memdb.db import connection, layers
 from memdb.lifecycle import absorb, scenarios
+from tests.conftest import HashEmbedder
 from tests.test_forget import _raw_bytes, _tables_mentioning
 
 TS = "2026-05-01T10:00:00"
@@ -226,3 +227,10 @@ def test_real_model_end_to_end_scenarios_persona_and_forget(tmp_path, cache):
         assert block.startswith("persona · ")
         mem.forget(user="ann")
         assert ("", []) == (mem.persona(), mem.scenarios())
+
+
+def test_reembed_rebuilds_the_centroids_from_the_new_vectors(mem, payment):
+    assert {64 * 4} == {len(r[0]) for r in mem.conn.execute("select centroid from scenarios")}
+    mem.reembed(HashEmbedder(32, name="small"))
+    assert {32 * 4} == {len(r[0]) for r in mem.conn.execute("select centroid from scenarios")}
+    assert [payment[:3], payment[3:]] == [s.atom_ids for s in mem.scenarios(user="ann")]
