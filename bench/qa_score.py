@@ -5,6 +5,9 @@ bench/qa_prepare.py wrote questions.json (for the reader) and key.json (private)
 Run from the repository root:
 
     # reader: give them questions.json and READER below; they write answers.json
+    # (or two readers, one block each: --make-reader-input writes reader_A.json / reader_B.json
+    #  [{"qid", "question", "memory"}]; they write answers_A.json / answers_B.json {qid: answer};
+    #  --merge-answers makes answers.json of them)
     .venv/bin/python bench/qa_score.py --dir bench/results/qa --make-judge-input
     # judge: give them judge_input.json and JUDGE below; they write judgements.json
     .venv/bin/python bench/qa_score.py --dir bench/results/qa --score
@@ -64,6 +67,21 @@ def record_command(folder: Path, step: str) -> dict[str, str]:
     commands[step] = "python " + shlex.join(sys.argv)
     path.write_text(json.dumps(commands, indent=1))
     return commands
+
+
+def make_reader_input(folder: Path) -> None:
+    """One file per block, so each reader sees one block of every question and never the other."""
+    for slot in "AB":
+        items = [{"qid": q["qid"], "question": q["question"], "memory": q[slot]} for q in read(folder / "questions.json")]
+        (folder / f"reader_{slot}.json").write_text(json.dumps(items, indent=1, ensure_ascii=False))
+    print(f"wrote {folder / 'reader_A.json'} and reader_B.json", file=sys.stderr)
+
+
+def merge_answers(folder: Path) -> None:
+    a, b = read(folder / "answers_A.json"), read(folder / "answers_B.json")
+    (folder / "answers.json").write_text(json.dumps({qid: {"A": a.get(qid, ""), "B": b.get(qid, "")} for qid in a | b},
+                                                    indent=1, ensure_ascii=False))
+    print(f"wrote {folder / 'answers.json'}", file=sys.stderr)
 
 
 def make_judge_input(folder: Path, seed: int) -> None:
@@ -146,10 +164,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "results" / "qa")
     step = parser.add_mutually_exclusive_group(required=True)
+    step.add_argument("--make-reader-input", action="store_true")
+    step.add_argument("--merge-answers", action="store_true")
     step.add_argument("--make-judge-input", action="store_true")
     step.add_argument("--score", action="store_true")
     parser.add_argument("--seed", type=int, default=13, help="order of the judge's items")
     args = parser.parse_args()
+    if args.make_reader_input or args.merge_answers:
+        (make_reader_input if args.make_reader_input else merge_answers)(args.dir)
+        record_command(args.dir, "make-reader-input" if args.make_reader_input else "merge-answers")
+        return
     if args.make_judge_input:
         make_judge_input(args.dir, args.seed)
         record_command(args.dir, "make-judge-input")
