@@ -1,4 +1,4 @@
--- memdb file layout, version 2. This file is the one source of the database layout:
+-- memdb file layout, version 4. This file is the one source of the database layout:
 -- memdb/db/connection.py runs it on a new file and steps `user_version` forward with migrations.
 -- Everything a reader needs is readable from a stock sqlite3 shell: coded enums have lookup
 -- tables and the *_v views show names instead of codes. Only the vec0 tables (vectors) need
@@ -136,6 +136,72 @@ select s."atom_id", a."text" as "atom", s."turn_id", t."session", t."speaker",
 from "atom_sources" s
 join "atoms" a on a."id" = s."atom_id"
 join "turns" t on t."id" = s."turn_id";
+
+-- [layers]
+-- ---------------------------------------------------------------- L2: scenarios
+-- A scenario is a named cluster of one user's atoms about one project, situation or thread of
+-- life. Atoms join one as they are absorbed (lifecycle/scenarios.py); everything else in the row
+-- is derived from its members (db/layers.py) and rewritten whenever they change or are
+-- forgotten, so a scenario never holds words its members no longer say.
+create table "scenarios" (
+    "id" integer primary key,
+    "user" text not null,
+    "title" text not null default '',             -- the text of its most central held member
+    "state" text not null default '',             -- "what is true now": its newest held members
+    "title_atom" integer,                         -- the atom the title is, for citing
+    "state_atoms" text not null default '',       -- the atoms the state line is, comma-separated
+    "members" integer not null default 0,         -- member rows, any status
+    "held" integer not null default 0,            -- members still active or conflicting
+    "keywords" text not null default '',          -- the members' most frequent content terms
+    "centroid" blob,                              -- float32 unit mean of the members' vectors (2+ of them)
+    "heat" real not null default 0,               -- mentions, each fading with a half-life...
+    "heat_at" text not null,                      -- ...as of this time
+    "first_seen" text not null,
+    "last_seen" text not null,
+    "created_at" text not null
+);
+create index "scenarios_by_user" on "scenarios" ("user", "last_seen");
+
+create table "scenario_atoms" (
+    "scenario_id" integer not null references "scenarios" ("id") on delete cascade,
+    "atom_id" integer not null unique references "atoms" ("id") on delete cascade,  -- one scenario each
+    "joined_at" text not null,
+    primary key ("scenario_id", "atom_id")
+) without rowid;
+
+-- ---------------------------------------------------------------- L3: persona
+-- The persona card of a user: ranked lines, each one held fact, preference or constraint
+-- about the user, citing its atom; re-ranked when the user's atoms change (lifecycle/persona.py).
+create table "persona" (
+    "user" text not null,
+    "rank" integer not null,
+    "atom_id" integer not null references "atoms" ("id") on delete cascade,
+    "line" text not null,
+    "score" real not null,
+    primary key ("user", "rank")
+) without rowid;
+create index "persona_by_atom" on "persona" ("atom_id");
+
+create view "scenarios_v" as
+select s."id", s."user", s."title", s."state", s."held", s."members", round(s."heat", 3) as "heat",
+       s."heat_at", s."first_seen", s."last_seen",
+       (select group_concat(m."atom_id", ',') from "scenario_atoms" m where m."scenario_id" = s."id")
+           as "atom_ids"
+from "scenarios" s;
+
+create view "scenario_atoms_v" as
+select m."scenario_id", s."title", m."atom_id", a."text" as "atom", st."name" as "status", m."joined_at"
+from "scenario_atoms" m
+join "scenarios" s on s."id" = m."scenario_id"
+join "atoms" a on a."id" = m."atom_id"
+join "statuses" st on st."code" = a."status";
+
+create view "persona_v" as
+select p."user", p."rank", p."line", p."atom_id", k."name" as "kind", round(p."score", 3) as "score",
+       a."seen", a."last_seen"
+from "persona" p
+join "atoms" a on a."id" = p."atom_id"
+join "kinds" k on k."code" = a."kind";
 
 -- [record views]
 -- An atom's record, readable with stock sqlite3 (no MessagePack decoder). The record is a map of

@@ -2,7 +2,9 @@
 better than from raw turns at the same token budget?
 
 For each sampled question this writes two blocks under one budget: mem.context(q) (atoms and
-turns, layer="both") and mem.context(q, layer="turns") (raw turns only), labelled A/B in a
+turns, layer="both") and mem.context(q, layer="turns") (raw turns only) — or, with --layers,
+mem.context(q) vs mem.context(q, scenarios=True, persona=True) ("l2l3"; --layers scenarios:
+without the persona, "scenarios") — labelled A/B in a
 seeded per-question random order. A reader answers from each block alone, a judge who sees
 neither block nor system marks each answer against the gold, and bench/qa_score.py counts.
 
@@ -171,6 +173,10 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--limit-turns", type=int, default=None, help="per conversation, for a quick test")
     parser.add_argument("--fake-llm", action="store_true", help=argparse.SUPPRESS)  # smoke test only
+    parser.add_argument("--layers", nargs="?", const="l2l3", choices=("l2l3", "scenarios"), default=None,
+                        help="instead of context() vs raw turns: context() as today (memdb) vs with scenario blocks "
+                             "and the persona card (l2l3), or scenario blocks alone (scenarios), same budget; "
+                             "places the files' atoms first (Memory.build_layers, once)")
     parser.add_argument("--replay", type=Path, default=None,
                         help="keep the model's replies in this JSON file (atom_quality.ReplayLLM): a rebuild "
                              "after a change past the model costs no model time")
@@ -197,13 +203,19 @@ def main() -> None:
 
     rng = random.Random(args.seed)
     mems = {user: memdb.open(path, extract="defer", llm=llm) for user, path in paths.items()}
+    systems = ("memdb", args.layers) if args.layers else ("memdb", "turns")
+    if args.layers:
+        for user, mem in mems.items():
+            built[user]["layers"] = mem.build_layers(user)
     questions, key = [], {}
     for i, (conv, qa) in enumerate(pick(samples, args.n, rng), start=1):
         qid = f"q{i:03d}"
         mem = mems[conv]
         blocks = {"memdb": mem.context(qa["question"], user=conv, budget=args.budget),
-                  "turns": mem.context(qa["question"], user=conv, budget=args.budget, layer="turns")}
-        order = rng.sample(["memdb", "turns"], 2)  # order[0] is shown as A
+                  systems[1]: mem.context(qa["question"], user=conv, budget=args.budget, scenarios=True,
+                                          persona=args.layers == "l2l3")
+                  if args.layers else mem.context(qa["question"], user=conv, budget=args.budget, layer="turns")}
+        order = rng.sample(list(systems), 2)  # order[0] is shown as A
         questions.append({"qid": qid, "question": qa["question"], "A": blocks[order[0]], "B": blocks[order[1]]})
         key[qid] = {"A": order[0], "B": order[1], "answer": str(qa["answer"]).strip(), "category": qa["category"],
                     "conv": conv, "tokens": {s: mem.count_tokens(b) for s, b in blocks.items()}}
@@ -215,6 +227,7 @@ def main() -> None:
     (args.out / "prepare.json").write_text(json.dumps({
         "data": args.data.name, "n": args.n, "budget": args.budget, "seed": args.seed,
         "limit_turns": args.limit_turns, "fake_llm": args.fake_llm, "memdb_version": memdb_version(),
+        "systems": systems,
         "build": built}, indent=1))
     empty = sum(not q[s] for q in questions for s in "AB")
     print(f"wrote {len(questions)} questions to {args.out} ({empty} empty blocks)", file=sys.stderr)

@@ -1,9 +1,13 @@
-"""Blind QA check, step 2 of 2: blind judging input, then scores of memdb context vs raw turns.
+"""Blind QA check, step 2 of 2: blind judging input, then scores of memdb context vs raw turns
+(or of the two systems prepare.json names: "memdb" vs "l2l3" or "scenarios" for qa_prepare.py --layers).
 
 bench/qa_prepare.py wrote questions.json (for the reader) and key.json (private) to --dir.
 Run from the repository root:
 
     # reader: give them questions.json and READER below; they write answers.json
+    # (or two readers, one block each: --make-reader-input writes reader_A.json / reader_B.json
+    #  [{"qid", "question", "memory"}]; they write answers_A.json / answers_B.json {qid: answer};
+    #  --merge-answers makes answers.json of them)
     .venv/bin/python bench/qa_score.py --dir bench/results/qa --make-judge-input
     # judge: give them judge_input.json and JUDGE below; they write judgements.json
     .venv/bin/python bench/qa_score.py --dir bench/results/qa --score
@@ -48,7 +52,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("memdb", "turns")
+SYSTEMS = ("memdb", "turns")  # unless prepare.json names its two ("systems": qa_prepare.py --layers)
 
 
 def read(path: Path) -> dict | list:
@@ -63,6 +67,21 @@ def record_command(folder: Path, step: str) -> dict[str, str]:
     commands[step] = "python " + shlex.join(sys.argv)
     path.write_text(json.dumps(commands, indent=1))
     return commands
+
+
+def make_reader_input(folder: Path) -> None:
+    """One file per block, so each reader sees one block of every question and never the other."""
+    for slot in "AB":
+        items = [{"qid": q["qid"], "question": q["question"], "memory": q[slot]} for q in read(folder / "questions.json")]
+        (folder / f"reader_{slot}.json").write_text(json.dumps(items, indent=1, ensure_ascii=False))
+    print(f"wrote {folder / 'reader_A.json'} and reader_B.json", file=sys.stderr)
+
+
+def merge_answers(folder: Path) -> None:
+    a, b = read(folder / "answers_A.json"), read(folder / "answers_B.json")
+    (folder / "answers.json").write_text(json.dumps({qid: {"A": a.get(qid, ""), "B": b.get(qid, "")} for qid in a | b},
+                                                    indent=1, ensure_ascii=False))
+    print(f"wrote {folder / 'answers.json'}", file=sys.stderr)
 
 
 def make_judge_input(folder: Path, seed: int) -> None:
@@ -89,9 +108,9 @@ def mcnemar_p(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def rates(rows: list[dict[str, bool]]) -> dict:
+def rates(rows: list[dict[str, bool]], systems: tuple[str, ...] = SYSTEMS) -> dict:
     out: dict = {"n": len(rows)}
-    for system in SYSTEMS:
+    for system in systems:
         correct = sum(r[system] for r in rows)
         out[system] = {"correct": correct, "rate": round(correct / len(rows), 3) if rows else None}
     return out
@@ -107,34 +126,37 @@ def score(folder: Path) -> dict:
     for item, (qid, slot) in judge_key.items():
         right[qid][key[qid][slot]] = marks[item] == "correct"
     rows = [{"qid": qid, "category": key[qid]["category"], "conv": key[qid]["conv"], **right[qid]} for qid in key]
-    only = {s: sum(r[s] and not r[o] for r in rows) for s, o in (SYSTEMS, SYSTEMS[::-1])}
     prepare = read(folder / "prepare.json")
+    systems = tuple(prepare.get("systems", SYSTEMS))
+    only = {s: sum(r[s] and not r[o] for r in rows) for s, o in (systems, systems[::-1])}
     return {
-        "overall": rates(rows),
-        "by_category": {c: rates([r for r in rows if r["category"] == c]) for c in sorted({r["category"] for r in rows})},
-        "by_conv": {c: rates([r for r in rows if r["conv"] == c]) for c in sorted({r["conv"] for r in rows})},
-        "only_memdb_correct": only["memdb"],
-        "only_turns_correct": only["turns"],
-        "mcnemar_p": round(mcnemar_p(only["memdb"], only["turns"]), 4),
+        "systems": systems,
+        "overall": rates(rows, systems),
+        "by_category": {c: rates([r for r in rows if r["category"] == c], systems)
+                        for c in sorted({r["category"] for r in rows})},
+        "by_conv": {c: rates([r for r in rows if r["conv"] == c], systems) for c in sorted({r["conv"] for r in rows})},
+        **{f"only_{s}_correct": only[s] for s in systems},
+        "mcnemar_p": round(mcnemar_p(*only.values()), 4),
         "budget": prepare["budget"],
         "block_tokens": {s: {"mean": round(sum(k["tokens"][s] for k in key.values()) / len(key), 1),
-                             "max": max(k["tokens"][s] for k in key.values())} for s in SYSTEMS},
+                             "max": max(k["tokens"][s] for k in key.values())} for s in systems},
         "prepare": prepare,
         "per_question": rows,
     }
 
 
 def table(result: dict) -> str:
-    lines = [f"{'':14} {'n':>3} {'memdb':>12} {'turns':>12}"]
+    first, second = result["systems"]
+    lines = [f"{'':14} {'n':>3} {first:>12} {second:>12}"]
     groups = [("overall", result["overall"])] + [(f"category {c}", r) for c, r in result["by_category"].items()] \
         + list(result["by_conv"].items())
     for name, r in groups:
-        cells = [f"{r[s]['correct']:>3} ({r[s]['rate']:.0%})" for s in SYSTEMS]
+        cells = [f"{r[s]['correct']:>3} ({r[s]['rate']:.0%})" for s in result["systems"]]
         lines.append(f"{name:14} {r['n']:>3} {cells[0]:>12} {cells[1]:>12}")
     tokens = result["block_tokens"]
-    lines.append(f"only memdb right: {result['only_memdb_correct']}, only turns right: {result['only_turns_correct']} "
-                 f"(McNemar p={result['mcnemar_p']}); budget {result['budget']}, mean tokens "
-                 f"memdb {tokens['memdb']['mean']}, turns {tokens['turns']['mean']}")
+    lines.append(f"only {first} right: {result[f'only_{first}_correct']}, only {second} right: "
+                 f"{result[f'only_{second}_correct']} (McNemar p={result['mcnemar_p']}); budget {result['budget']}, "
+                 f"mean tokens {first} {tokens[first]['mean']}, {second} {tokens[second]['mean']}")
     return "\n".join(lines)
 
 
@@ -142,10 +164,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "results" / "qa")
     step = parser.add_mutually_exclusive_group(required=True)
+    step.add_argument("--make-reader-input", action="store_true")
+    step.add_argument("--merge-answers", action="store_true")
     step.add_argument("--make-judge-input", action="store_true")
     step.add_argument("--score", action="store_true")
     parser.add_argument("--seed", type=int, default=13, help="order of the judge's items")
     args = parser.parse_args()
+    if args.make_reader_input or args.merge_answers:
+        (make_reader_input if args.make_reader_input else merge_answers)(args.dir)
+        record_command(args.dir, "make-reader-input" if args.make_reader_input else "merge-answers")
+        return
     if args.make_judge_input:
         make_judge_input(args.dir, args.seed)
         record_command(args.dir, "make-judge-input")

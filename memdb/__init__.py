@@ -6,6 +6,7 @@
         print(mem.context("what database do we use?", user="alice", budget=400))
 """
 
+from .db.layers import Scenario
 from .db.rows import Atom, Hit
 from .errors import (
     EmbedderMismatch,
@@ -22,7 +23,7 @@ from .pool import Pool
 from .settings import Settings
 
 __all__ = [
-    "open", "Memory", "Pool", "Hit", "Atom", "Settings", "MemdbError", "InvalidInput", "SchemaError",
+    "open", "Memory", "Pool", "Hit", "Atom", "Scenario", "Settings", "MemdbError", "InvalidInput", "SchemaError",
     "EmbedderMismatch", "EmbedderUnavailable", "ModelError", "NotFound", "SearchError",
 ]
 __version__ = "0.1.0"

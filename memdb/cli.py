@@ -20,7 +20,7 @@ from .errors import InvalidInput, MemdbError
 MAX_ID = 2**63 - 1  # SQLite's largest rowid: a larger id names no row and cannot be bound
 MAX_JSON_BYTES = 1 << 30
 # Commands that only read: a missing file is a mistake (a typo in the path), not a new memory.
-READ_ONLY = ("search", "context", "profile", "events", "show", "stats", "export")
+READ_ONLY = ("search", "context", "profile", "persona", "scenarios", "events", "show", "stats", "export")
 SIGPIPE_EXIT = 128 + 13  # what a shell reports for a writer killed by SIGPIPE
 
 
@@ -115,15 +115,24 @@ def _parser() -> argparse.ArgumentParser:
     p = command("search", _search, "find what matters for a query", embedder=True)
     p.add_argument("query")
     p.add_argument("-k", type=_count(1000), default=10, help="how many hits at most (default 10)")
-    p.add_argument("--layer", default="both", choices=("atoms", "turns", "both"), help="what to search")
+    p.add_argument("--layer", default="both", choices=("atoms", "turns", "both", "scenarios"), help="what to search")
 
     p = command("context", _context, "the prompt-ready memory block for a query", embedder=True, llm=True)
     p.add_argument("query")
     p.add_argument("-k", type=_count(1000), default=20, help="hits considered before the budget cuts (default 20)")
     p.add_argument("--layer", default="both", choices=("atoms", "turns", "both"), help="what to search")
     p.add_argument("--budget", type=_count(1_000_000), default=400, help="tokens at most (default 400)")
+    p.add_argument("--scenarios", action="store_true", help="show a scenario the hits fall in as one block")
+    p.add_argument("--persona", action="store_true", help="put the user's persona card first")
 
     command("profile", _profile, "the user's attribute card")
+    p = command("persona", _persona, "the user's persona card: who the user is, each line citing its atom", llm=True)
+    p.add_argument("--budget", type=_count(1_000_000), default=None, help="tokens at most (default 200)")
+    p = command("scenarios", _scenarios, "the user's scenarios, hottest first: title, state line, member atoms",
+                embedder=True)
+    p.add_argument("--limit", type=_count(MAX_ID), default=20, help="how many at most (default 20)")
+    p.add_argument("--build", action="store_true",
+                   help="first place the atoms in no scenario yet (a file made before scenarios existed)")
     p = command("events", _events, "the user's events in time order")
     p.add_argument("--since", help="from this date or time on (ISO 8601, e.g. 2026-01-01)")
     p.add_argument("--until", help="up to this date or time (ISO 8601)")
@@ -204,7 +213,8 @@ def _search(args: argparse.Namespace) -> None:
 
 def _context(args: argparse.Namespace) -> None:
     with _open(args) as mem:
-        block = mem.context(args.query, user=args.user, budget=args.budget, k=args.k, layer=args.layer)
+        block = mem.context(args.query, user=args.user, budget=args.budget, k=args.k, layer=args.layer,
+                            scenarios=args.scenarios, persona=args.persona)
     _out(args, {"context": block}, block or "(nothing found)")
 
 
@@ -212,6 +222,23 @@ def _profile(args: argparse.Namespace) -> None:
     with _open(args) as mem:
         atoms = mem.profile(args.user)
     _out(args, [a.__dict__ for a in atoms], "\n".join(f"{a.kind:10} {a.text}" for a in atoms) or "(empty)")
+
+
+def _persona(args: argparse.Namespace) -> None:
+    with _open(args) as mem:
+        card = mem.persona(args.user, budget=args.budget)
+    _out(args, {"persona": card}, card or "(empty)")
+
+
+def _scenarios(args: argparse.Namespace) -> None:
+    with _open(args) as mem:
+        built = mem.build_layers(args.user) if args.build else None
+        found = mem.scenarios(args.user, limit=args.limit)
+    lines = [f"#{s.id:<5} heat {s.heat:5.1f}  {s.held:3} atoms  {s.first_seen[:10]}..{s.last_seen[:10]}  {s.title}"
+             + (f"\n       now: {s.state}" if s.state else "") for s in found]
+    head = [f"placed {built['atoms_placed']} atoms"] if built else []
+    _out(args, {"built": built, "scenarios": [s.__dict__ for s in found]},
+         "\n".join(head + lines) or "(no scenarios)")
 
 
 def _events(args: argparse.Namespace) -> None:

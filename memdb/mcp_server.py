@@ -2,7 +2,7 @@
 stdio, with the official `mcp` SDK (`pip install 'memdb[mcp]'`), imported only here.
 
 Tools only, no resources or prompts: an agent reaches memory by calling it, and every read
-(recall, context, profile, events) takes arguments that a fixed resource URI could not carry.
+(recall, context, profile, persona, events) takes arguments that a fixed resource URI could not carry.
 A server started with a user serves that user alone; without one, every call names its user.
 """
 
@@ -72,6 +72,12 @@ def build(mem: Memory, *, user: str | None = None) -> Any:
     def profile(user: str | None = None) -> list[dict[str, Any]]:
         """The user's card: the facts, preferences and constraints memory holds."""
         return [_atom(a) for a in mem.profile(whose(user))]
+
+    @tool
+    def persona(budget: int = 200, user: str | None = None) -> str:
+        """Who the user is, in about budget tokens: the facts, preferences and constraints most
+        often and most recently confirmed, each line citing its memory id. For greetings and open questions."""
+        return mem.persona(whose(user), budget=budget) or "(nothing remembered about this user yet)"
 
     @tool
     def events(since: str | None = None, until: str | None = None, user: str | None = None) -> list[dict[str, Any]]:

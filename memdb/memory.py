@@ -19,7 +19,8 @@ import numpy as np
 
 from . import text
 from .checks import check_count, check_id, check_ids, check_name, now, parse_ts
-from .db import connection, forget as forgetting, rows
+from .db import connection, forget as forgetting, layers, rows
+from .db.layers import Scenario
 from .db.rows import Atom, Hit
 from .errors import EmbedderUnavailable, InvalidInput, MemdbError, NotFound, SearchError
 from .extraction import pipeline
@@ -29,9 +30,10 @@ from .index.copies import VectorCopies
 from .index.keywords import KeywordCopies
 from .index.fts import TermCounts
 from .ingest import check_messages, embed_turns, insert_turns
+from .lifecycle import persona as personas, scenarios as placing
 from .lifecycle.absorb import absorb
 from .models.protocols import LLM, Embedder
-from .search import context as contexts
+from .search import context as contexts, scenarios as scenario_search
 from .search.fusion import LAYERS, search as fused_search
 from .settings import FUSIONS, Settings
 from .vecmath import unit
@@ -45,7 +47,7 @@ Message = Mapping[str, Any]  # {"role", "content", "name"?, "ts"?}
 TimeLike = str | date  # ISO 8601 text, a date or a datetime (aware times are stored in UTC)
 EmbedderSpec = str | os.PathLike[str] | Embedder | None
 LLMSpec = str | os.PathLike[str] | LLM | None
-Layer = Literal["atoms", "turns", "both"]
+Layer = Literal["atoms", "turns", "both", "scenarios"]
 Fusion = Literal["weighted", "rrf"]
 Method = TypeVar("Method", bound=Callable[..., Any])
 
@@ -319,8 +321,12 @@ class Memory:
         action, _ = absorb(self.conn, user=user, record=candidate.record, confidence=candidate.confidence,
                            turn_ids=candidate.turn_ids, ts=ts, vector=vector, settings=self.settings,
                            copies=self.copies, term_counts=self.term_counts,
-                           multilingual=getattr(self.embedder, "multilingual", True))
+                           multilingual=getattr(self.embedder, "multilingual", True),
+                           cosine_baseline=self._baseline())
         return action
+
+    def _baseline(self) -> float:
+        return getattr(self.embedder, "cosine_baseline", 0.0) if self.embedder is not None else 0.0
 
     @_file_errors
     def forget(self, *, user: str | None = None, atom_id: int | None = None,
@@ -341,8 +347,17 @@ class Memory:
                 forgetting.delete_turns(self.conn, [turn_id])
             else:
                 forgetting.forget_user(self.conn, user)
+                layers.forget_user(self.conn, user)
+            self._rewrite_layers(user)
             after = rows.counts(self.conn)
         return {"turns": before[0] - after[0], "atoms": before[1] - after[1]}
+
+    def _rewrite_layers(self, user: str) -> None:
+        """After a forget: scenarios that lost members are rewritten from the members left (or
+        deleted), and the persona card re-ranked, so no forgotten word stays in either."""
+        for scenario_id in layers.stale(self.conn, user):
+            layers.refresh(self.conn, scenario_id, self.settings)
+        personas.update(self.conn, user, self.settings)
 
     def _who(self, user: Any) -> str:
         """The user a call is for: the one given, else the one the Memory is bound to."""
@@ -369,6 +384,9 @@ class Memory:
         new = embedders.load(embedder, threads=self.threads)
         with self._lock:
             written = vectors.rebuild(self.conn, new.name, new.dim, new.embed)
+            with connection.write(self.conn):  # centroids are means of the old vectors
+                for (scenario_id,) in self.conn.execute('select "id" from "scenarios"').fetchall():
+                    layers.refresh(self.conn, scenario_id, self.settings)
         self.embedder, self.embedder_error = new, None
         return written
 
@@ -378,7 +396,9 @@ class Memory:
     def search(self, query: str, *, user: str | None = None, k: int = 10, layer: Layer = "both",
                session: str | None = None, fusion: Fusion | None = None, alpha: float | None = None,
                include_superseded: bool = False, strict: bool = False) -> list[Hit]:
-        """The k hits that matter for query, fused from keywords and vectors.
+        """The k hits that matter for query, fused from keywords and vectors. layer="scenarios"
+        returns the user's scenarios the query hits (their members' atom hits summed), each as
+        a hit whose text is its title and state line.
 
         Never raises for a failing index unless strict=True: without vectors it searches by
         keyword (one warning), and if both sides fail it returns [] and logs an error.
@@ -387,6 +407,11 @@ class Memory:
         self._check_search_args(query, user, k, layer, fusion, alpha)
         if session is not None:  # bound into SQL below: a lone surrogate would raise there
             check_name(session, "session")
+        if layer == "scenarios":
+            atom_hits = self.search(query, user=user, k=min(1000, max(30, 3 * k)), layer="atoms", session=session,
+                                    fusion=fusion, alpha=alpha, strict=strict)
+            with self._lock:
+                return scenario_search.search(self.conn, atom_hits, self.settings, k)
         qvec = self._query_vector(query, user, session)
         args = dict(user=user, k=k, layer=layer, settings=self.settings, fusion=fusion, alpha=alpha,
                     include_superseded=include_superseded, copies=self.copies, term_counts=self.term_counts,
@@ -412,8 +437,8 @@ class Memory:
             raise InvalidInput(f"query must be a string, not {type(query).__name__}")
         check_name(user, "user")
         check_count(k, "k", most=1000)
-        if layer not in LAYERS:
-            raise InvalidInput(f"layer must be one of {', '.join(LAYERS)}, not {layer!r}")
+        if layer not in (*LAYERS, "scenarios"):
+            raise InvalidInput(f"layer must be one of {', '.join(LAYERS)} or scenarios, not {layer!r}")
         if fusion is not None and fusion not in FUSIONS:
             raise InvalidInput(f"fusion must be one of {', '.join(FUSIONS)}, not {fusion!r}")
         if alpha is not None and not (isinstance(alpha, (int, float)) and 0 <= alpha <= 1):
@@ -439,16 +464,36 @@ class Memory:
 
     @_file_errors
     def context(self, query: str, *, user: str | None = None, budget: int = 400, k: int = 20,
-                session: str | None = None, layer: Layer = "both") -> str:
-        """A prompt-ready block: the best hits as dated lines under budget tokens."""
+                session: str | None = None, layer: Layer = "both", scenarios: bool = False,
+                persona: bool = False) -> str:
+        """A prompt-ready block: the best hits as dated lines under budget tokens.
+
+        scenarios=True shows a scenario the hits fall in as one block (its title, then its
+        relevant and newest members) instead of scattered atoms; persona=True puts the user's
+        persona card first (within the same budget), for greeting-time and open questions."""
+        return "\n".join(line for line, _ in self._context_lines(query, user=user, budget=budget, k=k, session=session,
+                                                                 layer=layer, scenarios=scenarios, persona=persona))
+
+    def _context_lines(self, query: str, *, user: str | None, budget: int, k: int, session: str | None,
+                       layer: Layer, scenarios: bool, persona: bool) -> list[tuple[str, Hit | None]]:
         if not isinstance(budget, int) or budget < 1:
             raise InvalidInput(f"budget must be a positive integer, not {budget!r}")
+        if layer == "scenarios":
+            raise InvalidInput('context takes layer "atoms", "turns" or "both"; for scenario blocks pass scenarios=True')
+        user = self._who(user)
         hits = self.search(query, user=user, k=k, layer=layer, session=session)
         with self._lock:
-            return contexts.context(hits, lambda h: contexts.related_atoms(self.conn, h),
-                                    budget=budget, count_tokens=self.count_tokens,
-                                    evidence=lambda h: contexts.source_turns(self.conn, h),
-                                    evidence_for=self.settings.context_evidence if layer == "both" else 0)
+            card = [(f"persona · {line}", None) for line in personas.render(
+                layers.card(self.conn, user), min(budget, self.settings.persona_tokens),
+                lambda line: self.count_tokens("persona · " + line))] if persona else []
+            left = budget - sum(self.count_tokens(line + "\n") for line, _ in card)
+            if scenarios:
+                hits = scenario_search.blocks(self.conn, hits, self.settings)
+            found = contexts.lines(hits, lambda h: contexts.related_atoms(self.conn, h),
+                                   budget=left, count_tokens=self.count_tokens,
+                                   evidence=lambda h: contexts.source_turns(self.conn, h),
+                                   evidence_for=self.settings.context_evidence if layer == "both" else 0)
+        return [*card, *found]
 
     def count_tokens(self, line: str) -> int:
         """Tokens of line with the extraction model's tokenizer (an estimate if unavailable)."""
@@ -494,6 +539,38 @@ class Memory:
         until = parse_ts(until, "until") if until is not None else "9999"
         with self._lock:
             return rows.events(self.conn, user, since, until)
+
+    @_file_errors
+    def persona(self, user: str | None = None, *, budget: int | None = None) -> str:
+        """The user's persona card: held facts, preferences and constraints about the user, one
+        a line, each citing its atom ("... (#12)"), best confirmed first, within budget tokens
+        (default settings.persona_tokens, 200). Kept current as atoms are absorbed."""
+        user = self._who(user)
+        budget = self.settings.persona_tokens if budget is None else check_count(budget, "budget")
+        with self._lock:
+            return "\n".join(personas.render(layers.card(self.conn, user), budget, self.count_tokens))
+
+    @_file_errors
+    def scenarios(self, user: str | None = None, *, limit: int = 20) -> list[Scenario]:
+        """The user's scenarios (L2) with at least settings.scenario_min_members held atoms,
+        hottest first: title, state line, member atom ids, heat (as of heat_at), first/last seen."""
+        user = self._who(user)
+        check_count(limit, "limit")
+        with self._lock:
+            return layers.shown(self.conn, user, self.settings.scenario_min_members)[:limit]
+
+    @_file_errors
+    def build_layers(self, user: str | None = None) -> dict[str, int]:
+        """Place the atoms that are in no scenario yet (a file made before scenarios existed)
+        and rank the persona card, for one user or every user of the file. Returns counts."""
+        users = [self._who(user)] if user is not None or self.user is not None else \
+            [r[0] for r in self.conn.execute('select distinct "user" from "atoms" order by 1')]
+        placed = 0
+        for name in users:
+            with self._lock, connection.write(self.conn):
+                placed += placing.rebuild(self.conn, name, self.settings, self._baseline())
+                personas.update(self.conn, name, self.settings)
+        return {"users": len(users), "atoms_placed": placed}
 
     @_file_errors
     def turns(self, turn_ids: Sequence[int], *, user: str | None = None) -> list[dict[str, Any]]:

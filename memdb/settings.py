@@ -139,9 +139,67 @@ class Settings:
     keyword_copy_mb: float = 1024.0
     keyword_copy_shared: bool = False
 
+    # L2 scenarios (lifecycle/scenarios.py). An absorbed atom joins the scenario it scores best
+    # with, if that score reaches scenario_join, else it seeds a new one. The score adds:
+    # scenario_vector_weight x the cosine to the scenario's centroid (rescaled so unrelated texts
+    # score 0, as search does), scenario_keyword_weight x the share of the atom's content terms
+    # (not its subject's) among the scenario's keywords, each weighed by a smooth idf over the
+    # user's scenarios, and scenario_link_bonus when a member shares a source turn with it or
+    # names the same person or thing; only scenarios sharing a term or a turn are scored.
+    # Without vectors the weighted share alone must reach scenario_join_keywords. scenario_join
+    # was chosen by reading the scenarios of LoCoMo conv-26 and MemoryBank 刘琳 at 0.45-0.62
+    # (no gold exists): at 0.45 conv-26 had clusters of 40-50 unrelated notes, at 0.6 the
+    # largest holds 33 and most read as one thread ("Caroline's adoption plans"). A scenario shows (search,
+    # context, scenarios_v order) once it holds scenario_min_members held atoms; two merge when
+    # their centroids reach scenario_merge_similarity; one splits in two above
+    # scenario_max_members when its halves are no closer than scenario_join. Heat: each mention
+    # adds 1, fading with scenario_half_life_days. The state line is the scenario_state_atoms
+    # newest held members; a context block shows up to scenario_block_members members.
+    layers: bool = True
+    scenario_join: float = 0.6
+    scenario_join_keywords: float = 0.4
+    scenario_vector_weight: float = 0.7
+    scenario_keyword_weight: float = 0.3
+    scenario_link_bonus: float = 0.15
+    scenario_min_members: int = 2
+    scenario_merge_similarity: float = 0.8
+    scenario_merge_keywords: float = 0.5
+    scenario_max_members: int = 40
+    scenario_half_life_days: float = 30.0
+    scenario_state_atoms: int = 2
+    scenario_keywords: int = 24
+    scenario_block_members: int = 4
+    scenario_blocks: int = 2
+    # L3 persona (lifecycle/persona.py): the card holds about persona_tokens tokens of held facts,
+    # preferences and constraints about the user's own speakers, ranked by confidence x
+    # (1 + ln seen) x freshness (persona_half_life_days, down to freshness_floor) x
+    # persona_kind_weight; the persona_candidates best are kept. Standing preferences and
+    # constraints weigh double: on MemoryBank-cn dev the card at 200 tokens then holds 15 of the
+    # 25 profile hobbies instead of 7 (14 with constraints doubled too; extraction kept 21 at all;
+    # bench/results/persona_memorybank.json).
+    persona_tokens: int = 200
+    persona_half_life_days: float = 180.0
+    persona_candidates: int = 80
+    persona_kind_weight: dict[str, float] = field(
+        default_factory=lambda: {"fact": 1.0, "preference": 2.0, "constraint": 2.0})
+
     def __post_init__(self) -> None:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
         _check(isinstance(self.keyword_copy_shared, bool), "keyword_copy_shared", "True or False")
+        _check(isinstance(self.layers, bool), "layers", "True or False")
+        for name in ("scenario_min_members", "scenario_max_members", "scenario_state_atoms", "scenario_keywords",
+                     "scenario_block_members", "persona_tokens", "persona_candidates"):
+            _check(_is_int(getattr(self, name), 1), name, "a positive integer")
+        _check(_is_int(self.scenario_blocks, 0), "scenario_blocks", "a non-negative integer")
+        for name in ("scenario_join", "scenario_join_keywords", "scenario_vector_weight", "scenario_keyword_weight", "scenario_link_bonus",
+                     "scenario_merge_similarity", "scenario_merge_keywords"):
+            _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
+        _check(set(self.persona_kind_weight) == {"fact", "preference", "constraint"} and all(
+            _is_number(v, 0, float("inf")) for v in self.persona_kind_weight.values()),
+            "persona_kind_weight", "a dict of fact, preference, constraint to non-negative weights")
+        for name in ("scenario_half_life_days", "persona_half_life_days"):
+            _check(_is_number(getattr(self, name), 0, float("inf")) and getattr(self, name) > 0, name,
+                   "a positive number of days")
         for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",

@@ -66,9 +66,11 @@ def test_an_mcp_client_remembers_recalls_reads_and_forgets(tmp_path):
         ("profile", {}),
         ("events", {"since": "2026-01-01"}),
         ("recall", {"query": "bees roof"}),
+        ("persona", {}),
     ], "--user", "alice")
-    assert ["context", "events", "forget", "profile", "recall", "remember"] == tools
-    remembered, recalled, context, profile, events, other_user = map(payload, results)
+    assert ["context", "events", "forget", "persona", "profile", "recall", "remember"] == tools
+    remembered, recalled, context, profile, events, other_user, persona = map(payload, results)
+    assert [f"Alice likes science fiction movies (#{profile[0]['id']})"] == persona.splitlines()
     assert "My cat Miso is afraid of the vacuum." == recalled[0]["text"]
     assert remembered["turn_ids"] == recalled[0]["turn_ids"]
     assert "Alice likes science fiction movies" in context

@@ -11,6 +11,7 @@ import pytest
 
 import memdb
 from memdb.db import connection
+from memdb.lifecycle import absorb
 from memdb import vecmath
 
 from tests.conftest import HashEmbedder
@@ -163,6 +164,7 @@ def test_a_version_1_file_is_migrated_to_fts_secure_delete(db_path):
     for table in ("atoms_fts", "turns_fts"):
         conn.execute(f"delete from {table}_config where k = 'secure-delete'")
     conn.execute('drop view "atom_records_v"; drop view "atom_fields_v"; drop table "record_keys"')
+    _drop_layers(conn)
     conn.execute("pragma user_version = 1")
     conn.close()
     with memdb.open(db_path, embedder=None) as mem:
@@ -282,7 +284,34 @@ def test_a_version_1_file_gets_the_record_views(db_path):
         for view in ("atom_records_v", "atom_fields_v"):
             mem.conn.execute(f'drop view "{view}"')
         mem.conn.execute('drop table "record_keys"')
+        _drop_layers(mem.conn)
         mem.conn.execute("pragma user_version = 1")
     with memdb.open(db_path, embedder=None) as mem:
         assert (connection.SCHEMA_VERSION, []) == (mem.conn.execute("pragma user_version").fetchone()[0],
                            mem.conn.execute("select * from atom_records_v").fetchall())
+
+
+def _drop_layers(conn: apsw.Connection) -> None:
+    """What a file before version 4 lacks: the scenario and persona tables and views."""
+    for view in ("scenarios_v", "scenario_atoms_v", "persona_v"):
+        conn.execute(f'drop view "{view}"')
+    for table in ("scenario_atoms", "persona", "scenarios"):
+        conn.execute(f'drop table "{table}"')
+
+
+def test_a_version_3_file_gets_the_layers_and_builds_them_from_its_atoms(db_path, embedder):
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=memdb.Settings(layers=False)) as mem:
+        turn = mem.add([{"content": "I am rebuilding the payment module"}], user="ann")[0]
+        for predicate, obj in (("works on", "the payment module rebuild"), ("writes", "unit tests of the payment module")):
+            with connection.write(mem.conn):
+                absorb.absorb(mem.conn, user="ann", record={"kind": "fact", "subject": "ann", "predicate": predicate,
+                              "object": obj}, confidence=0.9, turn_ids=[turn], ts="2026-05-01T10:00:00",
+                              vector=embedder.embed([obj])[0], settings=mem.settings)
+        _drop_layers(mem.conn)
+        mem.conn.execute("pragma user_version = 3")
+    with memdb.open(db_path, embedder=embedder, extract="defer") as mem:
+        assert (connection.SCHEMA_VERSION, []) == (mem.conn.execute("pragma user_version").fetchone()[0],
+                                                   mem.conn.execute("select * from scenarios_v").fetchall())
+        assert {"users": 1, "atoms_placed": 2} == mem.build_layers()
+        assert [[1, 2]] == [s.atom_ids for s in mem.scenarios(user="ann")]
+        assert 2 == len(mem.persona(user="ann").splitlines())

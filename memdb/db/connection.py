@@ -21,7 +21,7 @@ from ..checks import now
 from ..errors import EmbedderMismatch, SchemaError
 
 APPLICATION_ID = 0x6D656D64  # "memd"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -35,15 +35,16 @@ def _schema_parts() -> tuple[str, str]:
     return core, vectors
 
 
-def _record_views() -> str:
-    # The section of schema.sql that version 2 added: read from the file, so the layout stays
+def _section(start: str, end: str) -> str:
+    # The section of schema.sql that a version added: read from the file, so the layout stays
     # in one place.
-    return schema_sql().partition("-- [record views]")[2].partition("-- [vectors]")[0]
+    return schema_sql().partition(start)[2].partition(end)[0]
 
 
 # Migrations: MIGRATIONS[v] takes a file from user_version v to v + 1.
 MIGRATIONS: dict[int, str] = {
-    1: _record_views(),  # the atom's fields readable from stock sqlite3 (atom_fields_v, atom_records_v)
+    # the atom's fields readable from stock sqlite3 (atom_fields_v, atom_records_v)
+    1: _section("-- [record views]", "-- [vectors]"),
     # 2 → 3: FTS5 secure-delete on, and one optimize that drops the terms earlier updates and
     # deletes left behind in old segments (a merged atom's rewritten row, a forgotten turn).
     2: """
@@ -52,6 +53,9 @@ MIGRATIONS: dict[int, str] = {
     insert into "atoms_fts" ("atoms_fts") values ('optimize');
     insert into "turns_fts" ("turns_fts") values ('optimize');
     """,
+    # 3 → 4: L2 scenarios and the L3 persona card, empty: Memory.build_layers() (or
+    # `memdb scenarios FILE --build`) places the atoms a file already holds.
+    3: _section("-- [layers]", "-- [record views]"),
 }
 
 

@@ -49,10 +49,10 @@ class Atom:
 
 @dataclass
 class Hit:
-    """One search result: an atom or a raw turn, with the L0 turns it stands for."""
+    """One search result: an atom, a raw turn or a scenario, with the L0 turns it stands for."""
 
     id: int
-    layer: str  # "atom" | "turn"
+    layer: str  # "atom" | "turn" | "scenario"
     text: str
     score: float
     turn_ids: list[int]
@@ -61,6 +61,7 @@ class Hit:
     status: str | None = None  # atoms only
     speaker: str | None = None  # turns only
     conflicts: list[int] = field(default_factory=list)  # atoms that disagree with this one
+    shows: list[int] = field(default_factory=list)  # scenarios only: atoms whose text the line holds
 
 
 def user_tag(user: str) -> str:

@@ -6,6 +6,7 @@ budget allows, the atoms that share its source turns."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import apsw
 
@@ -21,11 +22,18 @@ def render_line(hit: Hit) -> str:
     date = (hit.ts or "")[:10] + (" UTC" if (hit.ts or "").endswith("Z") else "")
     if hit.layer == "atom":
         return f"{date} · {hit.kind} · {hit.text}"
+    if hit.layer == "scenario":  # a block's header: the members that follow belong to it
+        return f"{date} · scenario · {hit.text}"
     said = " ".join(hit.text.split())
     return f"{date} · {hit.speaker}: {said}"
 
 
-def context(
+def context(hits: list[Hit], related: Callable[[Hit], list[Hit]], **kwargs: Any) -> str:
+    """The best hits as prompt-ready lines under budget tokens (see lines)."""
+    return "\n".join(line for line, _ in lines(hits, related, **kwargs))
+
+
+def lines(
     hits: list[Hit],
     related: Callable[[Hit], list[Hit]],
     *,
@@ -33,15 +41,16 @@ def context(
     count_tokens: Callable[[str], int],
     evidence: Callable[[Hit], list[Hit]] = lambda hit: [],
     evidence_for: int = 0,
-) -> str:
-    """The best hits as prompt-ready lines under budget tokens, most useful first.
+) -> list[tuple[str, Hit]]:
+    """The best hits as prompt-ready lines under budget tokens, most useful first, each with
+    the hit it renders.
 
     The first evidence_for atoms are followed by their source turns (evidence) when a turn
     holds words the note left out. After each atom come its conflicting partners and, while
     the budget allows, closely related atoms (a shared source turn), so "likes sci-fi" arrives
     together with "watched Interstellar twice".
     """
-    lines: list[str] = []
+    out: list[tuple[str, Hit]] = []
     used = 0
     shown: set[tuple[str, int]] = set()
     atoms_seen = 0
@@ -65,9 +74,10 @@ def context(
             if used + cost > budget:
                 continue
             shown.add(key)
-            lines.append(line)
+            shown.update(("atom", a) for a in member.shows)  # a scenario's title is its central atom
+            out.append((line, member))
             used += cost
-    return "\n".join(lines)
+    return out
 
 
 def _says_more(turn: Hit, atom: Hit) -> bool:
