@@ -24,7 +24,7 @@ from .db.rows import Atom, Hit
 from .errors import EmbedderUnavailable, InvalidInput, MemdbError, NotFound, SearchError
 from .extraction import pipeline
 from .extraction.records import Candidate
-from .index import vectors
+from .index import copyfiles, vectors
 from .index.copies import VectorCopies
 from .index.keywords import KeywordCopies
 from .index.fts import TermCounts
@@ -157,6 +157,7 @@ class Memory:
                  extract: str, threads: int | None, settings: Settings, user: str | None = None) -> None:
         self.conn = conn
         self.path = path
+        self.copy_files = copyfiles.directory(path)  # where copy files live, if any were written
         self.user = user
         self.closed = False
         self.settings = settings
@@ -171,6 +172,8 @@ class Memory:
         self.copies = VectorCopies(
             vector_copy_min=settings.vector_copy_min, vector_copy_mb=settings.vector_copy_mb,
             blas_limit=functools.partial(_blas_threads, threads),
+            files=self.copy_files if settings.vector_copy_files else None,
+            file_min=settings.vector_copy_file_min,
         )
         self.term_counts = TermCounts(growth=settings.term_counts_growth)
         self.keywords = KeywordCopies(
@@ -342,6 +345,9 @@ class Memory:
             else:
                 forgetting.forget_user(self.conn, user)
             after = rows.counts(self.conn)
+        # After the commit, and whatever the settings: a copy file another process wrote
+        # holds the user's vectors too (index/copyfiles.py).
+        copyfiles.remove_user(self.copy_files, user)
         return {"turns": before[0] - after[0], "atoms": before[1] - after[1]}
 
     def _who(self, user: Any) -> str:
@@ -369,6 +375,7 @@ class Memory:
         new = embedders.load(embedder, threads=self.threads)
         with self._lock:
             written = vectors.rebuild(self.conn, new.name, new.dim, new.embed)
+            copyfiles.remove_all(self.copy_files)  # the old embedder's vectors
         self.embedder, self.embedder_error = new, None
         return written
 
