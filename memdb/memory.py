@@ -234,6 +234,16 @@ class Memory:
             self._warn_once(f"memdb: embedding failed, storing without vectors: {exc}")
             return None
 
+    def _embed_atoms(self, lines: list[str]) -> np.ndarray | None:
+        """An extraction batch's atom lines, embedded. Their vectors are handed to the copies
+        (expect), which rank them all against a large user's vectors in one pass when dedup
+        asks for their neighbours one by one; a vector not expected is ranked alone."""
+        found = self._embed(lines)
+        if found is not None:
+            with self._lock:
+                self.copies.expect(found)
+        return found
+
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
@@ -282,7 +292,7 @@ class Memory:
         if limit is not None:
             check_count(limit, "limit")
         needs = pipeline.Needs(conn=self.conn, lock=self._lock, settings=self.settings, llm=self.llm,
-                               embed=self._embed, absorb=self._absorb,
+                               embed=self._embed_atoms, absorb=self._absorb,
                                before_batch=lambda u: self.copies.sync(self.conn, "atoms", u))
         counts = pipeline.run(needs, user=user, turn_ids=turn_ids, limit=limit, progress=progress)
         self._backfill()

@@ -43,6 +43,9 @@ log = logging.getLogger("memdb")
 # What the copy of each layer is read from: the rows' table, its vec0 table and key column.
 LAYERS = {"atoms": ("atoms", "atoms_vec", "atom_id"), "turns": ("turns", "turns_vec", "turn_id")}
 READ_ROWS = 4096  # vectors read into a copy at a time
+# A batch ranking keeps k x this many rows per vector: rows superseded after it was made are
+# dropped from them, and only if fewer than k are left is the vector ranked alone.
+BATCH_MARGIN = 4
 
 
 def stamp(conn: apsw.Connection) -> tuple[int, int]:
@@ -105,8 +108,17 @@ class VectorCopy:
         active[at[ids[at] == superseded]] = False
         return active
 
-    def top_k(self, query: np.ndarray, k: int, active: np.ndarray | None) -> list[tuple[int, float]]:
-        """(id, cosine) of the k nearest vectors (only active ones, given flags), best first."""
+    def top_k(self, query: np.ndarray, k: int, active: np.ndarray | None,
+              among: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """(id, cosine) of the k nearest vectors (only active ones, given flags), best first.
+        among: row indices known to hold the k nearest active rows (a batch ranking's), scored
+        again alone, so the cosines are those of ranking every row."""
+        if among is not None:
+            among = np.sort(among if active is None else among[active[among]])
+            if len(among) >= k:
+                scores = np.asarray(self.matrix[among]) @ query
+                top = np.argsort(-scores, kind="stable")[:k]
+                return [(int(self.ids[among[i]]), float(scores[i])) for i in top]
         scores = np.asarray(self.matrix[: self.n]) @ query
         if active is not None:
             scores[~active[: self.n]] = -np.inf
@@ -135,6 +147,20 @@ class VectorCopies:
         self.blas_limit = blas_limit
         self.copies: collections.OrderedDict[tuple[str, str], VectorCopy] = collections.OrderedDict()
         self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few vectors, as of stamp
+        self.expected: dict[bytes, int] = {}  # vectors expect() was given -> their row in
+        self.queries = np.empty((0, 0), np.float32)  # ... these, unit length
+        # (id of a part, k) -> (the part, its rows then, each expected vector's nearest rows)
+        self.batches: dict[tuple[int, int], tuple[VectorCopy, int, np.ndarray]] = {}
+
+    def expect(self, vectors: np.ndarray) -> None:
+        """Vectors about to be ranked one after another (an extraction batch's atoms, each
+        deduplicated against what the user holds). The first ranking of one of them ranks them
+        all in one matrix product per part of the copy, which reads the part once for the batch
+        instead of once per vector; each vector's answer stays the one ranking it alone gives."""
+        vectors = np.asarray(vectors, np.float32).reshape(len(vectors), -1)
+        self.expected = {v.tobytes(): i for i, v in enumerate(vectors)}
+        self.queries = np.stack([unit(v) for v in vectors]) if len(vectors) else np.empty((0, 0), np.float32)
+        self.batches = {}
 
     def top_k(self, conn: apsw.Connection, layer: str, user: str, query: np.ndarray, k: int,
               *, active_only: bool = True) -> list[tuple[int, float]] | None:
@@ -143,10 +169,24 @@ class VectorCopies:
         parts = self._parts(conn, layer, user)
         if parts is None:
             return None
+        batched = self.expected.get(np.asarray(query, np.float32).tobytes())
         query = unit(query)
         with self.blas_limit():
-            ranked = [hit for copy, active in parts for hit in copy.top_k(query, k, active if active_only else None)]
+            ranked = [hit for part, active in parts for hit in part.top_k(
+                query, k, active if active_only else None, among=self._batch_rows(part, k, batched))]
         return sorted(ranked, key=lambda hit: -hit[1])[:k] if len(parts) > 1 else ranked
+
+    def _batch_rows(self, part: VectorCopy, k: int, batched: int | None) -> np.ndarray | None:
+        """The rows of part nearest to the expected vector at index batched, from one ranking
+        of every expected vector (made on first use); None to rank the vector alone."""
+        if batched is None or part.n <= k * BATCH_MARGIN:
+            return None
+        made = self.batches.get((id(part), k))
+        if made is None or made[0] is not part or made[1] != part.n:  # new, or the part grew since
+            scores = np.asarray(part.matrix[: part.n]) @ self.queries.T  # (rows, vectors)
+            nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=0)[: k * BATCH_MARGIN].T
+            self.batches[(id(part), k)] = made = (part, part.n, nearest)
+        return made[2][batched]
 
     def sync(self, conn: apsw.Connection, layer: str, user: str) -> None:
         """Bring the user's copy up to date (loading it if the user is large enough) before a
