@@ -157,9 +157,9 @@ class VectorCopies:
         deduplicated against what the user holds). The first ranking of one of them ranks them
         all in one matrix product per part of the copy, which reads the part once for the batch
         instead of once per vector; each vector's answer stays the one ranking it alone gives."""
-        vectors = np.asarray(vectors, np.float32).reshape(len(vectors), -1)
+        vectors = [np.asarray(v, np.float32) for v in vectors]  # [] forgets the last batch
         self.expected = {v.tobytes(): i for i, v in enumerate(vectors)}
-        self.queries = np.stack([unit(v) for v in vectors]) if len(vectors) else np.empty((0, 0), np.float32)
+        self.queries = np.stack([unit(v) for v in vectors]) if vectors else np.empty((0, 0), np.float32)
         self.batches = {}
 
     def top_k(self, conn: apsw.Connection, layer: str, user: str, query: np.ndarray, k: int,
