@@ -123,9 +123,9 @@ class Settings:
     # With vector_copy_files, a user's copy of at least vector_copy_file_min vectors is also
     # written once to a file beside the database (<file>-memdb-copies/, index/copyfiles.py) and
     # memory-mapped by later opens, so the first search of a process does not read the vectors
-    # out of SQLite again (1M atoms: 36.9 s read, bench/results/scale_files.json). Off by
-    # default: the database stays one file unless asked. A mapped copy is the page cache's, not
-    # counted in vector_copy_mb.
+    # out of SQLite again (1M atoms: 20.1 s read, 0.44 s mapped; bench/results/first_search.json).
+    # Off by default: the database stays one file unless asked. A mapped copy is the page
+    # cache's, not counted in vector_copy_mb.
     vector_copy_files: bool = False
     vector_copy_file_min: int = 20_000
     # Turns and atoms stored without a vector (by a keyword-only writer, or while the embedder

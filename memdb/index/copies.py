@@ -18,6 +18,10 @@ With Settings.vector_copy_files, a user with at least vector_copy_file_min vecto
 written to a file beside the database once (copyfiles.py) and memory-mapped by later opens: the
 mapped rows are the copy's base, never appended to, and what came since is read into memory
 beside it. A mapped base is not counted in vector_copy_mb: its pages are the OS's page cache.
+
+Deduplication ranks an extraction batch's atoms one after another; given the batch's vectors
+first (expect), the copy ranks them all in one matrix product and each lookup then scores
+only the few rows that product found (bench/scale.py: same decisions, fewer passes).
 """
 
 from __future__ import annotations
