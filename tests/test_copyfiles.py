@@ -179,3 +179,18 @@ def test_copy_files_are_off_by_default_and_for_memory_databases(mem, db_path, em
     assert copyfiles.directory(":memory:") is None
     with pytest.raises(memdb.InvalidInput, match="vector_copy_files"):
         memdb.Settings(vector_copy_files="yes")
+
+
+def test_a_file_is_written_again_once_many_rows_came_since(filed, db_path, embedder):
+    rng = np.random.default_rng(11)
+    ids = insert(filed, unit(rng, 20))
+    ranked(filed, unit(rng, 1)[0])
+    with reopened(db_path, embedder) as writer:
+        later = insert(writer, unit(rng, 10))  # more than a quarter of the file's rows
+    with reopened(db_path, embedder) as other:
+        query = unit(rng, 1)[0]
+        assert [i for i, _ in knn(other, query, 10)] == ranked(other, query)
+    assert ids + later == ids_in_file(db_path)
+    with reopened(db_path, embedder) as third:
+        ranked(third, query)
+        assert (30, 0) == (third.copies.copies[("atoms", "alice")].base.n, third.copies.copies[("atoms", "alice")].n)

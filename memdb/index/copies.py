@@ -30,6 +30,7 @@ import collections
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,6 +246,8 @@ class VectorCopies:
             return None
         copy = VectorCopy.empty(dim, capacity=0 if base else count, epoch=epoch, stamp=now, base=base)
         self._catch_up(conn, layer, user, copy)
+        if base is not None and copy.n > max(self.file_min, base.n // 4):
+            self._refresh_file(conn, layer, user, copy)
         self.copies[(layer, user)] = copy
         self._evict()
         return copy
@@ -260,7 +263,7 @@ class VectorCopies:
                 dim: int) -> VectorCopy | None:
         """The user's copy mapped from its file, written first if there is none still valid."""
         path = copyfiles.path_for(self.files, layer, user)
-        meant = {"epoch": epoch, "embedder": connection.get_meta(conn, "embedder_name"), "dim": dim}
+        meant = self._meant(conn, epoch, dim)
         found = copyfiles.read(path)
         if found is not None:
             ids, matrix, header = found
@@ -268,34 +271,67 @@ class VectorCopies:
                     self._rows_upto(conn, layer, user, int(header.get("upto", -1))) == header.get("rows"):
                 return VectorCopy(ids=ids, matrix=matrix, n=len(ids), epoch=epoch)
             copyfiles.remove(path)  # stale: it may hold what has since been forgotten
-        try:
-            return self._write_file(conn, layer, user, path, meant, count, upto, dim)
-        except OSError as exc:  # a read-only directory, a full disk: the copy stays in memory
-            log.debug("memdb: vector copy file %s not written: %s", path, exc)
-            return None
 
-    def _write_file(self, conn: apsw.Connection, layer: str, user: str, path: Path, meant: dict, count: int,
-                    upto: int, dim: int) -> VectorCopy | None:
-        writer = copyfiles.Writer(path, count, dim)
-        try:
+        def from_sqlite(writer: copyfiles.Writer) -> int:
             into = VectorCopy(ids=writer.ids, matrix=writer.matrix)
             self._read_rows(conn, layer, user, into, after=0, held=count, upto=upto)
-            # A row stored without a vector may get one later, below the copy's last id, where
-            # no catch-up looks: a file is written only when every row had its vector.
-            if into.ids is not writer.ids or into.n != count:
+            return into.n if into.ids is writer.ids else -1  # -1: it outgrew the file (cannot: ids grow)
+
+        if not self._write_file(conn, path, meant, count, upto, from_sqlite):
+            return None
+        found = copyfiles.read(path)
+        return None if found is None else VectorCopy(ids=found[0], matrix=found[1], n=len(found[0]), epoch=epoch)
+
+    def _refresh_file(self, conn: apsw.Connection, layer: str, user: str, copy: VectorCopy) -> None:
+        """Write the copy's file again with the rows read since it was written, once they are
+        many: else every new process reads them out of SQLite again. This process keeps its copy."""
+        upto = copy.last_id
+
+        def from_copy(writer: copyfiles.Writer) -> int:
+            at = 0
+            for part in copy.parts():
+                writer.ids[at : at + part.n] = part.ids[: part.n]
+                writer.matrix[at : at + part.n] = part.matrix[: part.n]
+                at += part.n
+            return at
+
+        path = copyfiles.path_for(self.files, layer, user)
+        self._write_file(conn, path, self._meant(conn, copy.epoch, copy.matrix.shape[1]),
+                         self._rows_upto(conn, layer, user, upto), upto, from_copy, rows=copy.rows)
+
+    @staticmethod
+    def _meant(conn: apsw.Connection, epoch: str | None, dim: int) -> dict:
+        """What a copy file must have been written for to be used."""
+        return {"epoch": epoch, "embedder": connection.get_meta(conn, "embedder_name"), "dim": dim}
+
+    def _write_file(self, conn: apsw.Connection, path: Path, meant: dict, count: int, upto: int,
+                    fill: Callable[[copyfiles.Writer], int], rows: int | None = None) -> bool:
+        """Write the copy file of a user's count rows up to id upto, its vectors put in place by
+        fill (which returns how many it put); whether it was written and is still valid."""
+        # A row stored without a vector may get one later, below the copy's last id, where no
+        # catch-up looks: a file is written only when every row has its vector (fill or rows
+        # says how many have one).
+        if rows is not None and rows != count:
+            return False
+        try:
+            writer = copyfiles.Writer(path, count, int(meant["dim"]))
+            try:
+                if fill(writer) != count:
+                    writer.abandon()
+                    return False
+                writer.commit(count, {**meant, "upto": upto, "rows": count})
+            except BaseException:
                 writer.abandon()
-                return None
-            writer.commit(into.n, {**meant, "upto": upto, "rows": count})
-        except BaseException:
-            writer.abandon()
-            raise
+                raise
+        except OSError as exc:  # a read-only directory, a full disk: the copy stays in memory
+            log.debug("memdb: vector copy file %s not written: %s", path, exc)
+            return False
         # A forget that committed while the file was written may have deleted it before the
         # rename: look again, and delete it if so (a forget after this look deletes it itself).
         if connection.get_meta(conn, "vectors_epoch") != meant["epoch"]:
             copyfiles.remove(path)
-            return None
-        found = copyfiles.read(path)
-        return None if found is None else VectorCopy(ids=found[0], matrix=found[1], n=len(found[0]), epoch=meant["epoch"])
+            return False
+        return True
 
     @staticmethod
     def _rows_upto(conn: apsw.Connection, layer: str, user: str, upto: int) -> int:
