@@ -14,8 +14,9 @@ A file is used only while it is still a prefix of the user's rows in the SQLite 
   and its embedder are the ones recorded;
 - the user still has exactly as many rows up to the highest id recorded as they had then, which
   also catches a deletion that did not bump the epoch and a file restored from a backup.
-Rows added since are read from SQLite, as for an in-memory copy (copies.py). A file that fails
-a check is deleted and written again; rows superseded since are read from SQLite each time.
+Rows added since are read from SQLite, as for an in-memory copy (copies.py), and the file is
+written again once they pass a quarter of it. A file that fails a check is deleted and written
+again; rows superseded since are read from SQLite each time.
 
 Crash safety: a file is written under a temporary name, flushed and fsynced, then renamed into
 place, so a reader sees the old file or the new one, never half of one. Privacy: forget()
