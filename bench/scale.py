@@ -212,6 +212,10 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     conn = connection.connect(args.db)
     settings = Settings() if args.postings is None else Settings(keyword_postings=args.postings)
     users = [r[0] for r in conn.execute('select distinct "user" from "atoms" limit 2000')]
+    if args.insert_only:  # insert rates alone: a 1M file's search loop takes long
+        copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
+        indexes = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth)}
+        return {"insert": insert_rates(conn, users[0], settings, args.insert, args.absorb, indexes, args.absorb_batch)}
     rng = random.Random(3)
     qusers = users if len(users) == 1 else rng.sample(users, min(len(users), args.queries))
     qs = []
@@ -313,7 +317,7 @@ def cmd_measure(args: argparse.Namespace) -> dict:
         for layer in ("atoms", "both")}
     out["maxrss_mb_with_floor"] = round(maxrss_mb())
     try:
-        out["insert"] = insert_rates(conn, qusers[0], settings, args.insert, args.absorb, today)
+        out["insert"] = insert_rates(conn, qusers[0], settings, args.insert, args.absorb, today, args.absorb_batch)
     except Exception as exc:  # e.g. a file built before a schema change: keep the rest
         out["insert"] = {"error": f"{type(exc).__name__}: {exc}"}
     out["size"] = sizes(conn)
@@ -330,9 +334,12 @@ class _Rollback(Exception):
     pass
 
 
-def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: int, indexes: dict) -> dict:
-    """atoms/s on the built file, without dedup (insert_atom) and with (absorb, through the
-    same copies and term counts search uses); rolled back."""
+def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: int, indexes: dict,
+                 batch: int = 12) -> dict:
+    """atoms/s on the built file, without dedup (insert_atom), with (absorb, through the same
+    copies and term counts search uses), and with the atoms ranked by batch as extraction hands
+    them over (copies.expect before each `batch` atoms, as Memory does); rolled back. The
+    batched run must take the same actions as the one-by-one run."""
     if max(n_plain, n_absorb) <= 0:
         return {}
     pool_bases = synth.bases(synth.POOL)
@@ -344,22 +351,29 @@ def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: in
     ids = [rng.randrange(len(pool_bases)) for _ in range(max(n_plain, n_absorb))]
     records = [synth.record_for(pool_bases[i], rng.choice(["Alice", "Bob", "小王"]), dt.date(2023, 5, 1), rng) for i in ids]
     vectors = synth.derive(pool, np.array(ids), nrng)
-    out = {}
-    for name, n in (("plain", n_plain), ("absorb", n_absorb)):
+    out: dict = {}
+    decisions: dict[str, list] = {}
+    indexes["copies"].sync(conn, "atoms", user)  # as extraction does before each batch
+    for name, n in (("plain", n_plain), ("absorb", n_absorb), ("absorb_batched", n_absorb)):
         if n <= 0:
             continue
         actions: dict[str, int] = {}
+        decisions[name] = []
         t0 = time.perf_counter()
         try:
             with connection.write(conn):
-                for record, vector in zip(records[:n], vectors[:n]):
+                for i, (record, vector) in enumerate(zip(records[:n], vectors[:n])):
+                    if name == "absorb_batched" and i % batch == 0:
+                        indexes["copies"].expect(vectors[i:i + batch])
                     if name == "plain":
                         db_rows.insert_atom(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
                                             first_seen=ts, last_seen=ts, vector=vector)
                     else:
-                        action, _ = absorb.absorb(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
-                                                  ts=ts, vector=vector, settings=settings, **indexes)
+                        action, atom_id = absorb.absorb(conn, user=user, record=record, confidence=0.8,
+                                                        turn_ids=[turn_id], ts=ts, vector=vector, settings=settings,
+                                                        **indexes)
                         actions[action] = actions.get(action, 0) + 1
+                        decisions[name].append((action, atom_id))
                 seconds = time.perf_counter() - t0  # before the rollback: commit cost is not in it
                 raise _Rollback
         except _Rollback:
@@ -367,7 +381,11 @@ def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: in
         out[f"{name}_atoms"] = n
         out[f"{name}_atoms_per_s"] = round(n / seconds, 1)
         if actions:
-            out["absorb_actions"] = actions
+            out[f"{name}_actions"] = actions
+    indexes["copies"].expect([])
+    if n_absorb > 0:
+        out["absorb_batch"] = batch
+        out["batched_decisions_identical"] = decisions["absorb"] == decisions["absorb_batched"]
     return out
 
 
@@ -544,6 +562,9 @@ def main() -> None:
         p.add_argument("--queries", type=int, default=300)
         p.add_argument("--insert", type=int, default=2000, help="atoms for the plain insert rate")
         p.add_argument("--absorb", type=int, default=300, help="atoms for the insert rate with dedup")
+        p.add_argument("--absorb-batch", type=int, default=12,
+                       help="atoms ranked together in the batched dedup run (an extraction batch's)")
+        p.add_argument("--insert-only", action="store_true", help="measure the insert rates alone")
         p.add_argument("--quant", action="store_true", help="also measure int8/binary quantised KNN")
         p.add_argument("--quant-queries", type=int, default=100)
         p.add_argument("--copy-mb", type=float, default=Settings().vector_copy_mb,
@@ -580,7 +601,8 @@ def main() -> None:
         measured = child("measure", db=db, queries=args.queries, insert=args.insert, absorb=args.absorb,
                          quant=args.quant, quant_queries=args.quant_queries, copy_mb=args.copy_mb,
                          keyword_copy_mb=args.keyword_copy_mb, keyword_shared=args.keyword_shared,
-                         baseline_queries=args.baseline_queries, postings=args.postings)
+                         baseline_queries=args.baseline_queries, postings=args.postings,
+                         absorb_batch=args.absorb_batch, insert_only=args.insert_only)
         entry.update({"config": {"atoms": atoms, "users": users},
                       "settings": {"keyword_postings": args.postings if args.postings is not None else Settings().keyword_postings,
                                    "vector_copy_min": Settings().vector_copy_min, "vector_copy_mb": args.copy_mb,
@@ -590,8 +612,12 @@ def main() -> None:
                       "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                       "command": " ".join(["python", "bench/scale.py", *sys.argv[1:]]), "machine": machine()})
         key = name if args.postings is None else f"{name} postings={args.postings}"
-        results[key + (" keyword_copy_shared" if args.keyword_shared else "")] = entry
+        key += (" keyword_copy_shared" if args.keyword_shared else "") + (" insert" if args.insert_only else "")
+        results[key] = entry
         args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False))
+        if args.insert_only:
+            print(f"[{name}] insert {measured['insert']}", file=sys.stderr)
+            continue
         lat = measured["latency_ms"]
         print(f"[{name}] atoms search p50/p95/p99 {lat['atoms']['search']['p50']:.1f}/{lat['atoms']['search']['p95']:.1f}/"
               f"{lat['atoms']['search']['p99']:.1f} ms, both {lat['both']['search']['p50']:.1f}/{lat['both']['search']['p95']:.1f}/"

@@ -25,7 +25,7 @@ from .db.rows import Atom, Hit
 from .errors import EmbedderUnavailable, InvalidInput, MemdbError, NotFound, SearchError
 from .extraction import pipeline
 from .extraction.records import Candidate
-from .index import vectors
+from .index import copyfiles, vectors
 from .index.copies import VectorCopies
 from .index.keywords import KeywordCopies
 from .index.fts import TermCounts
@@ -159,6 +159,7 @@ class Memory:
                  extract: str, threads: int | None, settings: Settings, user: str | None = None) -> None:
         self.conn = conn
         self.path = path
+        self.copy_files = copyfiles.directory(path)  # where copy files live, if any were written
         self.user = user
         self.closed = False
         self.settings = settings
@@ -173,6 +174,8 @@ class Memory:
         self.copies = VectorCopies(
             vector_copy_min=settings.vector_copy_min, vector_copy_mb=settings.vector_copy_mb,
             blas_limit=functools.partial(_blas_threads, threads),
+            files=self.copy_files if settings.vector_copy_files else None,
+            file_min=settings.vector_copy_file_min,
         )
         self.term_counts = TermCounts(growth=settings.term_counts_growth)
         self.keywords = KeywordCopies(
@@ -233,6 +236,16 @@ class Memory:
             self._warn_once(f"memdb: embedding failed, storing without vectors: {exc}")
             return None
 
+    def _embed_atoms(self, lines: list[str]) -> np.ndarray | None:
+        """An extraction batch's atom lines, embedded. Their vectors are handed to the copies
+        (expect), which rank them all against a large user's vectors in one pass when dedup
+        asks for their neighbours one by one; a vector not expected is ranked alone."""
+        found = self._embed(lines)
+        if found is not None:
+            with self._lock:
+                self.copies.expect(found)
+        return found
+
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
@@ -281,7 +294,7 @@ class Memory:
         if limit is not None:
             check_count(limit, "limit")
         needs = pipeline.Needs(conn=self.conn, lock=self._lock, settings=self.settings, llm=self.llm,
-                               embed=self._embed, absorb=self._absorb,
+                               embed=self._embed_atoms, absorb=self._absorb,
                                before_batch=lambda u: self.copies.sync(self.conn, "atoms", u))
         counts = pipeline.run(needs, user=user, turn_ids=turn_ids, limit=limit, progress=progress)
         self._backfill()
@@ -350,6 +363,9 @@ class Memory:
                 layers.forget_user(self.conn, user)
             self._rewrite_layers(user)
             after = rows.counts(self.conn)
+        # After the commit, and whatever the settings: a copy file another process wrote
+        # holds the user's vectors too (index/copyfiles.py).
+        copyfiles.remove_user(self.copy_files, user)
         return {"turns": before[0] - after[0], "atoms": before[1] - after[1]}
 
     def _rewrite_layers(self, user: str) -> None:
@@ -387,6 +403,7 @@ class Memory:
             with connection.write(self.conn):  # centroids are means of the old vectors
                 for (scenario_id,) in self.conn.execute('select "id" from "scenarios"').fetchall():
                     layers.refresh(self.conn, scenario_id, self.settings)
+            copyfiles.remove_all(self.copy_files)  # the old embedder's vectors
         self.embedder, self.embedder_error = new, None
         return written
 

@@ -124,6 +124,14 @@ class Settings:
     term_counts_growth: float = 1.1
     vector_copy_min: int = 500
     vector_copy_mb: float = 1024.0
+    # With vector_copy_files, a user's copy of at least vector_copy_file_min vectors is also
+    # written once to a file beside the database (<file>-memdb-copies/, index/copyfiles.py) and
+    # memory-mapped by later opens, so the first search of a process does not read the vectors
+    # out of SQLite again (1M atoms: 20.1 s read, 0.44 s mapped; bench/results/first_search.json).
+    # Off by default: the database stays one file unless asked. A mapped copy is the page
+    # cache's, not counted in vector_copy_mb.
+    vector_copy_files: bool = False
+    vector_copy_file_min: int = 20_000
     # Turns and atoms stored without a vector (by a keyword-only writer, or while the embedder
     # failed) get one later: each add() and extract() embeds up to this many of them (0: never).
     vector_backfill: int = 256
@@ -185,8 +193,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
-        _check(isinstance(self.keyword_copy_shared, bool), "keyword_copy_shared", "True or False")
-        _check(isinstance(self.layers, bool), "layers", "True or False")
+        for name in ("keyword_copy_shared", "vector_copy_files", "layers"):
+            _check(isinstance(getattr(self, name), bool), name, "True or False")
         for name in ("scenario_min_members", "scenario_max_members", "scenario_state_atoms", "scenario_keywords",
                      "scenario_block_members", "persona_tokens", "persona_candidates"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
@@ -203,7 +211,7 @@ class Settings:
         for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",
-                     "common_term_rows", "vector_backfill", "keyword_copy_min"):
+                     "common_term_rows", "vector_backfill", "keyword_copy_min", "vector_copy_file_min"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         _check(_is_number(self.alpha_cjk, 0, 1), "alpha_cjk", "a number from 0 to 1")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",

@@ -235,3 +235,30 @@ def test_the_user_scope_stays_when_the_file_holds_other_users(copied):
     assert scoped.startswith(f'u : "{db_rows.user_tag("alice")}" AND')
     hits = [h.id for h in copied.search("coffee", user="alice", layer="turns")]
     assert 1 == len(hits) and hits == [t["id"] for t in copied.turns(hits, user="alice")]
+
+
+def test_expected_vectors_rank_as_each_would_alone(copied):
+    """An extraction batch's vectors, ranked in one pass (expect), give each the answer vec0
+    gives it, while the batch's own atoms are written and older ones superseded in between."""
+    rng = np.random.default_rng(11)
+    held = unit(rng, 400)
+    ids = insert(copied, held)
+    copied.copies.top_k(copied.conn, "atoms", "alice", held[0], 3)  # loads the copy
+    # Each new vector sits next to a held one, and the batch supersedes what it lands near:
+    # the ranking made at the first lookup must drop rows superseded after it.
+    batch = (held[:12] + 0.05 * unit(rng, 12)).astype(np.float32)
+    copied.copies.expect(batch)
+    with connection.write(copied.conn):
+        for i, vector in enumerate(batch):
+            expected = knn(copied, vector, 8)
+            actual = copied.copies.top_k(copied.conn, "atoms", "alice", vector, 8)
+            assert [i for i, _ in expected] == [i for i, _ in actual]
+            assert np.allclose([s for _, s in expected], [s for _, s in actual], atol=1e-5)
+            insert(copied, vector[None])
+            for atom_id, _ in actual[: 1 + i // 3]:  # more and more of the nearest rows go
+                if atom_id in ids:
+                    db_rows.set_atom_status(copied.conn, atom_id, "superseded")
+    assert copied.copies.batches  # ranked in one pass, not one by one
+    unexpected = unit(rng, 1)[0]
+    assert [i for i, _ in knn(copied, unexpected, 8)] == \
+        [i for i, _ in copied.copies.top_k(copied.conn, "atoms", "alice", unexpected, 8)]

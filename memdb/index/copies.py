@@ -13,6 +13,15 @@ the copy's highest id; the superseded flags are read again; and the file's 'vect
 (bumped whenever vectors are deleted or rebuilt) forces a reload. Copies are only changed
 outside transactions, so a rolled-back write never leaves a row behind; inside one
 (deduplication during extraction) the rows written since are read beside it.
+
+With Settings.vector_copy_files, a user with at least vector_copy_file_min vectors has the copy
+written to a file beside the database once (copyfiles.py) and memory-mapped by later opens: the
+mapped rows are the copy's base, never appended to, and what came since is read into memory
+beside it. A mapped base is not counted in vector_copy_mb: its pages are the OS's page cache.
+
+Deduplication ranks an extraction batch's atoms one after another; given the batch's vectors
+first (expect), the copy ranks them all in one matrix product and each lookup then scores
+only the few rows that product found (bench/scale.py: same decisions, fewer passes).
 """
 
 from __future__ import annotations
@@ -20,7 +29,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import apsw
@@ -29,10 +41,16 @@ import numpy as np
 from .. import codec
 from ..db import connection
 from ..vecmath import unit
+from . import copyfiles
+
+log = logging.getLogger("memdb")
 
 # What the copy of each layer is read from: the rows' table, its vec0 table and key column.
 LAYERS = {"atoms": ("atoms", "atoms_vec", "atom_id"), "turns": ("turns", "turns_vec", "turn_id")}
 READ_ROWS = 4096  # vectors read into a copy at a time
+# A batch ranking keeps k x this many rows per vector: rows superseded after it was made are
+# dropped from them, and only if fewer than k are left is the vector ranked alone.
+BATCH_MARGIN = 4
 
 
 def stamp(conn: apsw.Connection) -> tuple[int, int]:
@@ -50,6 +68,7 @@ class VectorCopy:
     active: np.ndarray | None = None  # atoms: False at superseded rows
     epoch: str | None = None
     stamp: tuple[int, int] = (0, 0)
+    base: VectorCopy | None = None  # the rows mapped from the copy's file, never appended to
 
     @classmethod
     def empty(cls, dim: int, capacity: int = 0, **fields: Any) -> VectorCopy:
@@ -57,11 +76,22 @@ class VectorCopy:
 
     @property
     def nbytes(self) -> int:
+        """The memory it holds (a mapped base is the page cache's)."""
         return self.matrix.nbytes + self.ids.nbytes
 
     @property
     def last_id(self) -> int:
-        return int(self.ids[self.n - 1]) if self.n else 0
+        if self.n:
+            return int(self.ids[self.n - 1])
+        return self.base.last_id if self.base is not None else 0
+
+    @property
+    def rows(self) -> int:
+        return self.n + (self.base.rows if self.base is not None else 0)
+
+    def parts(self) -> list[VectorCopy]:
+        """What is ranked: the mapped base, if any, then the rows held in memory."""
+        return [self.base, self] if self.base is not None else [self]
 
     def append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         need = self.n + len(ids)
@@ -83,9 +113,18 @@ class VectorCopy:
         active[at[ids[at] == superseded]] = False
         return active
 
-    def top_k(self, query: np.ndarray, k: int, active: np.ndarray | None) -> list[tuple[int, float]]:
-        """(id, cosine) of the k nearest vectors (only active ones, given flags), best first."""
-        scores = self.matrix[: self.n] @ query
+    def top_k(self, query: np.ndarray, k: int, active: np.ndarray | None,
+              among: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """(id, cosine) of the k nearest vectors (only active ones, given flags), best first.
+        among: row indices known to hold the k nearest active rows (a batch ranking's), scored
+        again alone, so the cosines are those of ranking every row."""
+        if among is not None:
+            among = np.sort(among if active is None else among[active[among]])
+            if len(among) >= k:
+                scores = np.asarray(self.matrix[among]) @ query
+                top = np.argsort(-scores, kind="stable")[:k]
+                return [(int(self.ids[among[i]]), float(scores[i])) for i in top]
+        scores = np.asarray(self.matrix[: self.n]) @ query
         if active is not None:
             scores[~active[: self.n]] = -np.inf
         top = np.argpartition(-scores, k)[:k] if k < self.n else np.arange(self.n)
@@ -104,12 +143,29 @@ class VectorCopies:
     every use, as it does for the connection."""
 
     def __init__(self, *, vector_copy_min: int, vector_copy_mb: float,
-                 blas_limit: Any = contextlib.nullcontext) -> None:
+                 blas_limit: Any = contextlib.nullcontext, files: Path | None = None,
+                 file_min: int = 0) -> None:
         self.vector_copy_min = vector_copy_min
+        self.files = files  # where copies are written to be mapped by later opens; None: never
+        self.file_min = file_min
         self.vector_copy_bytes = int(vector_copy_mb * 2**20)
         self.blas_limit = blas_limit
         self.copies: collections.OrderedDict[tuple[str, str], VectorCopy] = collections.OrderedDict()
         self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few vectors, as of stamp
+        self.expected: dict[bytes, int] = {}  # vectors expect() was given -> their row in
+        self.queries = np.empty((0, 0), np.float32)  # ... these, unit length
+        # (id of a part, k) -> (the part, its rows then, each expected vector's nearest rows)
+        self.batches: dict[tuple[int, int], tuple[VectorCopy, int, np.ndarray]] = {}
+
+    def expect(self, vectors: np.ndarray) -> None:
+        """Vectors about to be ranked one after another (an extraction batch's atoms, each
+        deduplicated against what the user holds). The first ranking of one of them ranks them
+        all in one matrix product per part of the copy, which reads the part once for the batch
+        instead of once per vector; each vector's answer stays the one ranking it alone gives."""
+        vectors = [np.asarray(v, np.float32) for v in vectors]  # [] forgets the last batch
+        self.expected = {v.tobytes(): i for i, v in enumerate(vectors)}
+        self.queries = np.stack([unit(v) for v in vectors]) if vectors else np.empty((0, 0), np.float32)
+        self.batches = {}
 
     def top_k(self, conn: apsw.Connection, layer: str, user: str, query: np.ndarray, k: int,
               *, active_only: bool = True) -> list[tuple[int, float]] | None:
@@ -118,10 +174,24 @@ class VectorCopies:
         parts = self._parts(conn, layer, user)
         if parts is None:
             return None
+        batched = self.expected.get(np.asarray(query, np.float32).tobytes())
         query = unit(query)
         with self.blas_limit():
-            ranked = [hit for copy, active in parts for hit in copy.top_k(query, k, active if active_only else None)]
+            ranked = [hit for part, active in parts for hit in part.top_k(
+                query, k, active if active_only else None, among=self._batch_rows(part, k, batched))]
         return sorted(ranked, key=lambda hit: -hit[1])[:k] if len(parts) > 1 else ranked
+
+    def _batch_rows(self, part: VectorCopy, k: int, batched: int | None) -> np.ndarray | None:
+        """The rows of part nearest to the expected vector at index batched, from one ranking
+        of every expected vector (made on first use); None to rank the vector alone."""
+        if batched is None or part.n <= k * BATCH_MARGIN:
+            return None
+        made = self.batches.get((id(part), k))
+        if made is None or made[0] is not part or made[1] != part.n:  # new, or the part grew since
+            scores = np.asarray(part.matrix[: part.n]) @ self.queries.T  # (rows, vectors)
+            nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=0)[: k * BATCH_MARGIN].T
+            self.batches[(id(part), k)] = made = (part, part.n, nearest)
+        return made[2][batched]
 
     def sync(self, conn: apsw.Connection, layer: str, user: str) -> None:
         """Bring the user's copy up to date (loading it if the user is large enough) before a
@@ -137,7 +207,7 @@ class VectorCopies:
         copy = self.copies.get(key)
         if copy is not None and copy.stamp == now:
             self.copies.move_to_end(key)
-            return [(copy, copy.active)]
+            return [(part, part.active) for part in copy.parts()]
         if self.small.get(key) == now or not connection.has_vectors(conn):
             return None
         epoch = connection.get_meta(conn, "vectors_epoch")
@@ -147,10 +217,10 @@ class VectorCopies:
             if copy is None or copy.epoch != epoch:
                 return None
             since = VectorCopy.empty(copy.matrix.shape[1])
-            self._read_rows(conn, layer, user, since, after=copy.last_id, held=copy.n)
+            self._read_rows(conn, layer, user, since, after=copy.last_id, held=copy.rows)
             superseded = self._superseded(conn, layer, user)
-            return [(copy, copy.without(superseded) if copy.active is not None else None),
-                    (since, since.without(superseded) if copy.active is not None else None)]
+            return [(part, part.without(superseded) if layer == "atoms" else None)
+                    for part in [*copy.parts(), since]]
         if copy is None or copy.epoch != epoch:
             self.copies.pop(key, None)
             copy = self._load(conn, layer, user, epoch, now)
@@ -159,31 +229,119 @@ class VectorCopies:
         else:
             self._catch_up(conn, layer, user, copy)
         copy.stamp = now
-        return [(copy, copy.active)]
+        return [(part, part.active) for part in copy.parts()]
 
     def _load(self, conn: apsw.Connection, layer: str, user: str, epoch: str | None,
               now: tuple[int, int]) -> VectorCopy | None:
         table, _, _ = LAYERS[layer]
-        count = conn.execute(f'select count(*) from "{table}" where "user" = ?', (user,)).fetchone()[0]
+        count, upto = conn.execute(f'select count(*), coalesce(max("id"), 0) from "{table}" where "user" = ?',
+                                   (user,)).fetchone()
         dim = int(connection.get_meta(conn, "embedder_dim") or 0)
-        if count < self.vector_copy_min or not dim or count * dim * 4 > self.vector_copy_bytes:
+        base = None
+        if self.files is not None and self.vector_copy_bytes and count >= max(self.file_min, self.vector_copy_min, 1) \
+                and dim:
+            base = self._mapped(conn, layer, user, epoch, count, upto, dim)
+        if base is None and (count < self.vector_copy_min or not dim or count * dim * 4 > self.vector_copy_bytes):
             self.small[(layer, user)] = now
             return None
-        copy = VectorCopy.empty(dim, capacity=count, epoch=epoch, stamp=now)
+        copy = VectorCopy.empty(dim, capacity=0 if base else count, epoch=epoch, stamp=now, base=base)
         self._catch_up(conn, layer, user, copy)
+        if base is not None and copy.n > max(self.file_min, base.n // 4):
+            self._refresh_file(conn, layer, user, copy)
         self.copies[(layer, user)] = copy
         self._evict()
         return copy
 
     def _catch_up(self, conn: apsw.Connection, layer: str, user: str, copy: VectorCopy) -> None:
-        self._read_rows(conn, layer, user, copy, after=copy.last_id, held=copy.n)
+        self._read_rows(conn, layer, user, copy, after=copy.last_id, held=copy.rows)
         if layer == "atoms":
-            copy.active = copy.without(self._superseded(conn, layer, user))
+            superseded = self._superseded(conn, layer, user)
+            for part in copy.parts():
+                part.active = part.without(superseded)
+
+    def _mapped(self, conn: apsw.Connection, layer: str, user: str, epoch: str | None, count: int, upto: int,
+                dim: int) -> VectorCopy | None:
+        """The user's copy mapped from its file, written first if there is none still valid."""
+        path = copyfiles.path_for(self.files, layer, user)
+        meant = self._meant(conn, epoch, dim)
+        found = copyfiles.read(path)
+        if found is not None:
+            ids, matrix, header = found
+            if {key: header.get(key) for key in meant} == meant and \
+                    self._rows_upto(conn, layer, user, int(header.get("upto", -1))) == header.get("rows"):
+                return VectorCopy(ids=ids, matrix=matrix, n=len(ids), epoch=epoch)
+            copyfiles.remove(path)  # stale: it may hold what has since been forgotten
+
+        def from_sqlite(writer: copyfiles.Writer) -> int:
+            into = VectorCopy(ids=writer.ids, matrix=writer.matrix)
+            self._read_rows(conn, layer, user, into, after=0, held=count, upto=upto)
+            return into.n if into.ids is writer.ids else -1  # -1: it outgrew the file (cannot: ids grow)
+
+        if not self._write_file(conn, path, meant, count, upto, from_sqlite):
+            return None
+        found = copyfiles.read(path)
+        return None if found is None else VectorCopy(ids=found[0], matrix=found[1], n=len(found[0]), epoch=epoch)
+
+    def _refresh_file(self, conn: apsw.Connection, layer: str, user: str, copy: VectorCopy) -> None:
+        """Write the copy's file again with the rows read since it was written, once they are
+        many: else every new process reads them out of SQLite again. This process keeps its copy."""
+        upto = copy.last_id
+
+        def from_copy(writer: copyfiles.Writer) -> int:
+            at = 0
+            for part in copy.parts():
+                writer.ids[at : at + part.n] = part.ids[: part.n]
+                writer.matrix[at : at + part.n] = part.matrix[: part.n]
+                at += part.n
+            return at
+
+        path = copyfiles.path_for(self.files, layer, user)
+        self._write_file(conn, path, self._meant(conn, copy.epoch, copy.matrix.shape[1]),
+                         self._rows_upto(conn, layer, user, upto), upto, from_copy, rows=copy.rows)
+
+    @staticmethod
+    def _meant(conn: apsw.Connection, epoch: str | None, dim: int) -> dict:
+        """What a copy file must have been written for to be used."""
+        return {"epoch": epoch, "embedder": connection.get_meta(conn, "embedder_name"), "dim": dim}
+
+    def _write_file(self, conn: apsw.Connection, path: Path, meant: dict, count: int, upto: int,
+                    fill: Callable[[copyfiles.Writer], int], rows: int | None = None) -> bool:
+        """Write the copy file of a user's count rows up to id upto, its vectors put in place by
+        fill (which returns how many it put); whether it was written and is still valid."""
+        # A row stored without a vector may get one later, below the copy's last id, where no
+        # catch-up looks: a file is written only when every row has its vector (fill or rows
+        # says how many have one).
+        if rows is not None and rows != count:
+            return False
+        try:
+            writer = copyfiles.Writer(path, count, int(meant["dim"]))
+            try:
+                if fill(writer) != count:
+                    writer.abandon()
+                    return False
+                writer.commit(count, {**meant, "upto": upto, "rows": count})
+            except BaseException:
+                writer.abandon()
+                raise
+        except OSError as exc:  # a read-only directory, a full disk: the copy stays in memory
+            log.debug("memdb: vector copy file %s not written: %s", path, exc)
+            return False
+        # A forget that committed while the file was written may have deleted it before the
+        # rename: look again, and delete it if so (a forget after this look deletes it itself).
+        if connection.get_meta(conn, "vectors_epoch") != meant["epoch"]:
+            copyfiles.remove(path)
+            return False
+        return True
+
+    @staticmethod
+    def _rows_upto(conn: apsw.Connection, layer: str, user: str, upto: int) -> int:
+        table, _, _ = LAYERS[layer]
+        return conn.execute(f'select count(*) from "{table}" where "user" = ? and "id" <= ?', (user, upto)).fetchone()[0]
 
     @staticmethod
     def _read_rows(conn: apsw.Connection, layer: str, user: str, into: VectorCopy, after: int,
-                   held: int) -> None:
-        """Append the user's vectors with ids above after (held: how many the user had)."""
+                   held: int, upto: int | None = None) -> None:
+        """Append the user's vectors with ids above after, up to upto (held: how many the user had)."""
         table, vec_table, key = LAYERS[layer]
         # Walk the ids above `after` when they are few (a file of one user, or a user who wrote
         # most of what came since); else the user's index, since other users' rows came
@@ -194,8 +352,8 @@ class VectorCopies:
         where = 't."id" > ?1 and +t."user" = ?2' if by_id else 't."user" = ?2 and t."id" > ?1'
         cursor = conn.execute(
             f'select t."id", v."embedding" from "{table}" t join "{vec_table}" v on v."{key}" = t."id" '
-            f'where {where} order by t."id"',
-            (after, user),
+            f'where {where} and t."id" <= ?3 order by t."id"',
+            (after, user, last if upto is None else upto),
         )
         while rows := list(itertools.islice(cursor, READ_ROWS)):  # bounded: no second copy in memory
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))

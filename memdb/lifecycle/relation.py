@@ -7,6 +7,7 @@ two atoms whose subject, kind or polarity differ, or whose values clash.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .. import codec, text
@@ -214,9 +215,15 @@ def _statement_pair(new: dict, old: dict) -> bool:
 
 def attribute_key(record: dict) -> str | None:
     """The single-valued attribute a record's predicate names ("moved to" → "location"), or None."""
-    predicate = (record.get("predicate") or "").strip()
+    return _attribute_key((record.get("predicate") or "").strip(), record.get("subject") or "")
+
+
+# Dedup asks this of the same few records once per candidate pair (a dozen pairs per atom):
+# remembered by their predicate and subject, on which alone it depends.
+@functools.lru_cache(maxsize=1 << 14)
+def _attribute_key(predicate: str, subject: str) -> str | None:
     copula = predicate.lower() in _COPULAS
-    favourite = _FAVOURITE.search(record.get("subject") or "" if copula else predicate)
+    favourite = _FAVOURITE.search(subject if copula else predicate)
     if favourite:  # "favorite dance style (is)": one value at a time, whatever the thing
         return "favorite " + " ".join(w for w in text.stems(favourite.group(1)) if w not in _COPULAS)
     if not predicate or copula:
@@ -232,8 +239,13 @@ def attribute_key(record: dict) -> str | None:
 def _phrase_in(phrase: str, predicate: str) -> bool:
     if text.has_cjk(phrase):
         return phrase in predicate
-    want, have = text.stems(phrase), text.stems(predicate)
+    want, have = _stems(phrase), _stems(predicate)
     return any(have[i : i + len(want)] == want for i in range(len(have) - len(want) + 1))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _stems(phrase: str) -> tuple[str, ...]:
+    return tuple(text.stems(phrase))
 
 
 def _key_by_words(predicate: str) -> str | None:

@@ -1,0 +1,72 @@
+"""Dedup rate of one memdb tree on a file bench/scale.py built: atoms/s through
+lifecycle.absorb with the user's vector copy loaded, one atom at a time, rolled back. Run with
+--tree pointing at another checkout's package to time an older memdb on the same file in the
+same locked session (bench/scale.py --insert-only times today's, batched and not).
+
+    git archive BASE memdb | tar -x -C /tmp/base
+    flock /tmp/memdb-cpu.lock .venv/bin/python bench/dedup_rate.py --db /tmp/memdb_scale_100k.db --tree /tmp/base
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the directory holding the memdb package to time")
+    parser.add_argument("--atoms", type=int, default=300)
+    parser.add_argument("--copy-mb", type=float, default=4096)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(args.tree))
+    import numpy as np
+
+    from memdb.db import connection
+    from memdb.index.copies import VectorCopies
+    from memdb.index.fts import TermCounts
+    from memdb.lifecycle import absorb
+    from memdb.settings import Settings
+
+    import synth  # after memdb: it puts this checkout first on sys.path
+
+    assert Path(absorb.__file__).is_relative_to(args.tree), absorb.__file__
+    conn = connection.connect(args.db)
+    settings = Settings()
+    user = conn.execute('select "user" from "atoms" limit 1').fetchone()[0]
+    copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
+    indexes = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth)}
+    pool_bases = synth.bases(synth.POOL)
+    pool = synth.pool_vectors(pool_bases)
+    rng, nrng = random.Random(9), np.random.default_rng(9)
+    turn_id = conn.execute('select max("id") from "turns" where "user" = ?', (user,)).fetchone()[0]
+    ts = conn.execute('select "ts" from "turns" where "id" = ?', (turn_id,)).fetchone()[0]
+    ids = [rng.randrange(len(pool_bases)) for _ in range(args.atoms)]
+    records = [synth.record_for(pool_bases[i], rng.choice(["Alice", "Bob", "小王"]), dt.date(2023, 5, 1), rng) for i in ids]
+    vectors = synth.derive(pool, np.array(ids), nrng)
+    copies.sync(conn, "atoms", user)
+    decisions = []
+    conn.execute("begin immediate")
+    t0 = time.perf_counter()
+    for record, vector in zip(records, vectors):
+        decisions.append(absorb.absorb(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id], ts=ts,
+                                       vector=vector, settings=settings, **indexes))
+    seconds = time.perf_counter() - t0
+    conn.execute("rollback")
+    print(json.dumps({"tree": str(args.tree), "db": args.db, "atoms": args.atoms,
+                      "absorb_atoms_per_s": round(args.atoms / seconds, 1),
+                      "actions": {a: sum(d[0] == a for d in decisions) for a in {d[0] for d in decisions}},
+                      "decisions": decisions}))
+
+
+if __name__ == "__main__":
+    main()
