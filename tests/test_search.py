@@ -359,3 +359,14 @@ def test_query_days_are_single_days_resolved_from_the_users_time():
 def test_date_weight_must_be_a_non_negative_number():
     with pytest.raises(memdb.MemdbError, match="date_weight"):
         Settings(date_weight=-1)
+
+
+def test_a_query_naming_a_day_finds_the_atoms_drawn_from_that_day(db_path):
+    with memdb.open(db_path, embedder=None, extract="defer") as mem:
+        said = mem.add([{"content": "Never touch the auth module.", "ts": "2026-10-03T10:00:00"},
+                        {"content": "I told my sister about the trip.", "ts": "2026-10-04T10:00:00"}], user="u")
+        auth = add_atom(mem, "u", {"kind": "constraint", "subject": "auth module", "predicate": "must not be",
+                                   "object": "touched"}, [said[0]])
+        add_atom(mem, "u", {"kind": "event", "subject": "user", "predicate": "told", "object": "sister about the trip"},
+                 [said[1]])
+        assert auth == mem.search("what did I tell you on October 3rd?", user="u", layer="atoms")[0].id

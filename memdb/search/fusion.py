@@ -248,11 +248,12 @@ def _dated(conn: apsw.Connection, user: str, query: str, now: str, layer: str, p
     if layer in ("turns", "both"):
         out["turns"] = turn_ids
     if layer in ("atoms", "both"):
+        # Atoms drawn from the day's turns (found through atom_sources_by_turn), and events dated that day.
         marks = ", ".join("?" * len(days))
         out["atoms"] = [r[0] for r in conn.execute(
-            f'select a."id" from "atoms" a where a."user" = ? and (substr(a."valid_from", 1, 10) in ({marks}) '
-            f'or exists (select 1 from "atom_sources" s where s."atom_id" = a."id" and s."turn_id" in '
-            f'(select value from json_each(?)))) limit ?', (user, *days, json.dumps(turn_ids), pool))]
+            'select "atom_id" from "atom_sources" where "turn_id" in (select value from json_each(?)) union '
+            f'select "id" from "atoms" where "user" = ? and substr("valid_from", 1, 10) in ({marks}) limit ?',
+            (json.dumps(turn_ids), user, *days, pool))]
     return out
 
 
