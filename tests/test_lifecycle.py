@@ -22,7 +22,7 @@ from memdb.models import embedders
 
 @pytest.fixture(scope="module")
 def minilm():
-    return embedders.load()
+    return embedders.load("minilm")
 
 
 @pytest.fixture(params=[2_000, 1], ids=["vec0", "copied"])

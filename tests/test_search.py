@@ -333,3 +333,40 @@ def test_a_chinese_question_searches_its_content_bigrams_not_its_function_words(
     assert ["最近", "尝试", "些健", "健身", "方法"] == fts.query_terms("最近我在尝试哪些健身的方法？")
     assert ["你好", "好吗"] == fts.query_terms("你好吗")  # nothing but function words: all of them
     assert ["bob", "like"] == fts.query_terms("What does Bob like?")
+
+
+def test_a_query_naming_a_day_finds_what_was_said_that_day(db_path):
+    # Neither side knows when a row was said: before the date side, the day's turn shared no
+    # word with the question and was not even a candidate.
+    with memdb.open(db_path, embedder=None, extract="defer") as mem:
+        said = mem.add([{"content": "我们聊了电影。", "ts": "2026-10-01T10:00:00"},
+                        {"content": "今天去爬山了，风景很好。", "ts": "2026-10-04T10:00:00"},
+                        {"content": "我们聊了音乐。", "ts": "2026-10-05T10:00:00"}], user="u", session="s")
+        assert said[1] == mem.search("在10月4日我们聊了什么？", user="u", layer="turns")[0].id
+        off = search_fusion.search(mem.conn, "在10月4日我们聊了什么？", user="u", k=5, layer="turns",
+                                   settings=Settings(date_weight=0), query_vector=None)
+        assert said[1] not in [h.id for h in off]
+
+
+def test_query_days_are_single_days_resolved_from_the_users_time():
+    now = "2026-10-08T12:00:00"
+    assert ["2026-10-04"] == search_fusion.query_days("在10月4日我们聊了什么？", now)
+    assert ["2026-10-07"] == search_fusion.query_days("what did we talk about yesterday?", now)
+    assert [] == search_fusion.query_days("上周我们聊了什么", now)  # a week is no day
+    assert [] == search_fusion.query_days("what happened last month?", now)
+
+
+def test_date_weight_must_be_a_non_negative_number():
+    with pytest.raises(memdb.MemdbError, match="date_weight"):
+        Settings(date_weight=-1)
+
+
+def test_a_query_naming_a_day_finds_the_atoms_drawn_from_that_day(db_path):
+    with memdb.open(db_path, embedder=None, extract="defer") as mem:
+        said = mem.add([{"content": "Never touch the auth module.", "ts": "2026-10-03T10:00:00"},
+                        {"content": "I told my sister about the trip.", "ts": "2026-10-04T10:00:00"}], user="u")
+        auth = add_atom(mem, "u", {"kind": "constraint", "subject": "auth module", "predicate": "must not be",
+                                   "object": "touched"}, [said[0]])
+        add_atom(mem, "u", {"kind": "event", "subject": "user", "predicate": "told", "object": "sister about the trip"},
+                 [said[1]])
+        assert auth == mem.search("what did I tell you on October 3rd?", user="u", layer="atoms")[0].id

@@ -128,9 +128,10 @@ class E5Embedder(GGUFEmbedder):
     normalisation table (the GGUF has no SentencePiece charsmap of its own).
     """
 
-    # Sentences/s of 20-word sentences, 2 threads, one run: groups of 1-128 tokens 44-50,
-    # 256 39, 512 27 (the packed batch's attention); 128 keeps calls few at no measurable cost.
-    batch_tokens = 128
+    # Sentences/s of 20-word sentences (30 tokens), 2 threads, flash attention, one quiet run:
+    # groups of 32 tokens 42, 64 45, 128 47, 256 52, 512 44 (without flash attention 40, 42,
+    # 39, 33, 25: the packed batch's attention grows with the square of its tokens).
+    batch_tokens = 256
     multilingual = True
     # e5's cosines sit in a narrow band: over LoCoMo dev, a question and 200 random turns give
     # 0.72 / 0.75 / 0.81 (p10 / median / p90) and 0.85 for the best turn (MiniLM: 0.01 / 0.13 /
@@ -158,8 +159,11 @@ def _llama(path: Path, digest: str, threads: int | None) -> tuple[Any, threading
             return _MODELS[key]
         try:
             # n_ctx=0 takes the model's context; every text must fit one batch (no causal mask).
+            # Flash attention: the packed texts of a batch attend over each other's tokens
+            # (masked out), and its fused kernel does that work faster (e5, groups of 256 tokens,
+            # 2 threads: 52 sentences/s against 33 without; same vectors, cosine >= 0.9999).
             llm = llama.new_llama(path, embedding=True, n_threads=threads, n_threads_batch=threads,
-                                  n_ctx=0, n_batch=4096, n_ubatch=4096)
+                                  n_ctx=0, n_batch=4096, n_ubatch=4096, flash_attn=True)
         except ModelError as e:
             raise EmbedderUnavailable(f"a GGUF embedder needs llama-cpp-python: {e}") from e
         except (ValueError, RuntimeError, OSError) as e:

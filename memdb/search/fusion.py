@@ -11,13 +11,14 @@ atom already stands for, does not take a slot.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import apsw
 import numpy as np
 
-from .. import codec, text
+from .. import codec, text, timeparse
 from ..checks import now
 from ..db import rows
 from ..db.rows import Hit
@@ -60,13 +61,16 @@ def _ranked(name: str, source: str) -> str:
     )
 
 
-def _fused(layer: str, kw: str, vec: str) -> str:
+def _fused(layer: str, kw: str, vec: str, day: str) -> str:
+    # A row from a day the query names ("在5月4日", "on 8 May 2023") is a candidate whatever its
+    # words, and gains :date_weight: neither side knows when a row was said.
     return (
         f"{layer}_fused as (select c.id, case when :rrf then "
         f"coalesce(1.0 / (:rrf_k + {kw}.r), 0) + coalesce(1.0 / (:rrf_k + {vec}.r), 0) "
-        f"else :alpha * coalesce({kw}.n, 0) + (1 - :alpha) * coalesce({vec}.n, 0) end as base "
-        f"from (select id from {kw} union select id from {vec}) c "
-        f"left join {kw} using (id) left join {vec} using (id))"
+        f"else :alpha * coalesce({kw}.n, 0) + (1 - :alpha) * coalesce({vec}.n, 0) end "
+        f"+ case when {day}.id is null then 0 else :date_weight end as base "
+        f"from (select id from {kw} union select id from {vec} union select id from {day}) c "
+        f"left join {kw} using (id) left join {vec} using (id) left join {day} using (id))"
     )
 
 
@@ -78,6 +82,8 @@ class Sides:
     atom_vector: str | None = None
     turn_keyword: str | None = None
     turn_vector: str | None = None
+    atom_day: str | None = None
+    turn_day: str | None = None
 
 
 def fusion_sql(sides: Sides, settings: Settings, *, include_superseded: bool) -> str:
@@ -95,9 +101,11 @@ def fusion_sql(sides: Sides, settings: Settings, *, include_superseded: bool) ->
         f"avec as materialized ({_vector_cte(sides.atom_vector)})",
         f"tkw as materialized ({_keyword_cte('turns_fts', settings.turn_columns, sides.turn_keyword)})",
         f"tvec as materialized ({_vector_cte(sides.turn_vector)})",
+        f"aday as materialized ({_vector_cte(sides.atom_day)})",
+        f"tday as materialized ({_vector_cte(sides.turn_day)})",
         _ranked("akw_r", "akw"), _ranked("avec_r", "avec"),
         _ranked("tkw_r", "tkw"), _ranked("tvec_r", "tvec"),
-        _fused("atom", "akw_r", "avec_r"), _fused("turn", "tkw_r", "tvec_r"),
+        _fused("atom", "akw_r", "avec_r", "aday"), _fused("turn", "tkw_r", "tvec_r", "tday"),
         f"half_lives(kind, days) as (values ({kinds['fact']}, :hl_fact), ({kinds['preference']}, :hl_preference), "
         f"({kinds['constraint']}, :hl_constraint), ({kinds['event']}, :hl_event))",
     ]
@@ -190,12 +198,17 @@ def search(
             setattr(sides, f"{side}_vector", f"{side}_vector_hits")
     if not any(vars(sides).values()):
         return []
+    now_ = _user_now(conn, user)
+    if settings.date_weight and fusion != "rrf":
+        for name, ids in _dated(conn, user, query, now_, layer, pool).items():
+            params[f"{name[:-1]}_day_hits"] = json.dumps([[i, 1.0] for i in ids])
+            setattr(sides, f"{name[:-1]}_day", f"{name[:-1]}_day_hits")
     hl = settings.half_life_days
     params.update({
         "rrf": fusion == "rrf", "rrf_k": settings.rrf_k, "alpha": alpha,
         "atom_weight": settings.atom_weight, "skipped_weight": settings.skipped_turn_weight,
         "floor": settings.freshness_floor, "conf_floor": settings.confidence_floor,
-        "now": _user_now(conn, user),
+        "now": now_, "date_weight": settings.date_weight,
         "hl_fact": hl.get("fact"), "hl_preference": hl.get("preference"),
         "hl_constraint": hl.get("constraint"), "hl_event": hl.get("event"),
     })
@@ -205,6 +218,43 @@ def search(
         if hit.layer == "atom" and hit.status == "conflicting":
             hit.conflicts = rows.conflict_partners(conn, hit.id)
     return hits
+
+
+def query_days(query: str, now: str) -> list[str]:
+    """The days (ISO dates) the query names, resolved from now: "5月4日", "May 4th", "yesterday".
+    A week, month or year names too many days to pick rows by."""
+    try:
+        found = timeparse.find(query, now)
+    except ValueError:  # a stored ts that is not a date: no day to resolve from
+        return []
+    return sorted({iso for phrase, iso in found if len(iso) == 10 and not _WEEK.search(phrase)})
+
+
+_WEEK = re.compile(r"week|周|星期|礼拜", re.I)
+
+
+def _dated(conn: apsw.Connection, user: str, query: str, now: str, layer: str, pool: int) -> dict[str, list[int]]:
+    """Ids of the user's turns said on a day the query names, and of the atoms drawn from them
+    or dated that day (an event's valid_from), by layer; {} when the query names no day."""
+    days = query_days(query, now)
+    if not days:
+        return {}
+    turn_ids: list[int] = []
+    for day in days:  # ts is ISO text: the day's turns sort between "day" and "day" + "U"
+        turn_ids += [r[0] for r in conn.execute(
+            'select "id" from "turns" where "user" = ? and "ts" >= ? and "ts" < ? order by "ts" limit ?',
+            (user, day, day + "U", pool))]
+    out: dict[str, list[int]] = {}
+    if layer in ("turns", "both"):
+        out["turns"] = turn_ids
+    if layer in ("atoms", "both"):
+        # Atoms drawn from the day's turns (found through atom_sources_by_turn), and events dated that day.
+        marks = ", ".join("?" * len(days))
+        out["atoms"] = [r[0] for r in conn.execute(
+            'select "atom_id" from "atom_sources" where "turn_id" in (select value from json_each(?)) union '
+            f'select "id" from "atoms" where "user" = ? and substr("valid_from", 1, 10) in ({marks}) limit ?',
+            (json.dumps(turn_ids), user, *days, pool))]
+    return out
 
 
 def _user_now(conn: apsw.Connection, user: str) -> str:
