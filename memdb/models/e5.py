@@ -343,6 +343,7 @@ class Encoder:
         p = read_packed(weights_file())
         c = self.config = p.config
         self.dim = c["hidden"]
+        self.normalize = p.normalize  # for str.translate, before tokenizing
         self._bos, self._eos, self._max_tokens = p.specials["bos"], p.specials["eos"], c["max_positions"]
         self._words = np.frombuffer(_tensor(p, "emb.word", self.dim).data, np.uint8).reshape(c["vocab"], -1, _Q4_BLOCK[1])
         self._positions = _vector(p, "emb.pos").reshape(-1, self.dim)

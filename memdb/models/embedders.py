@@ -138,8 +138,8 @@ class E5Embedder:
     cosine_baseline = 0.75
 
     def __init__(self, *, threads: int | None = None, precision: str = "int8") -> None:
-        self._normal = e5.normalizer()
         self._encoder, self._lock = _encoder(threads or llama.default_threads(), precision)
+        self._normal = self._encoder.normalize
         self.dim = self._encoder.dim
 
     def embed(self, texts: list[str]) -> np.ndarray:
