@@ -160,9 +160,9 @@ class Settings:
     # user's scenarios, and scenario_link_bonus when a member shares a source turn with it or
     # names the same person or thing; only scenarios sharing a term or a turn are scored.
     # Without vectors the weighted share alone must reach scenario_join_keywords. scenario_join
-    # was chosen by reading the scenarios of LoCoMo conv-26 and MemoryBank 刘琳 at 0.45-0.62
+    # was chosen by reading the scenarios of LoCoMo conv-26 and MemoryBank 吴倩 at 0.45-0.62
     # (no gold exists): at 0.45 conv-26 had clusters of 40-50 unrelated notes, at 0.6 the
-    # largest holds 33 and most read as one thread ("Caroline's adoption plans"). A scenario shows (search,
+    # largest holds 33 and most read as one thread ("Rosalind's adoption plans"). A scenario shows (search,
     # context, scenarios_v order) once it holds scenario_min_members held atoms; two merge when
     # their centroids reach scenario_merge_similarity; one splits in two above
     # scenario_max_members when its halves are no closer than scenario_join. Heat: each mention

@@ -170,7 +170,7 @@ def test_profile_and_events(mem, alice):
 
 
 def test_intent_classifier():
-    assert "time" == search_query.intent("When did Caroline go to the support group?")
+    assert "time" == search_query.intent("When did Rosalind go to the support group?")
     assert "time" == search_query.intent("v2 什么时候发布的？")
     assert "preference" == search_query.intent("Any movie you would recommend?")
     assert "lookup" == search_query.intent("What database do we use?")

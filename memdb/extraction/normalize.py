@@ -77,7 +77,7 @@ def kind(value: str | None, record: dict, sentiment: str) -> str:
     if record.get("when") or _EVENT_WORDS.search(_STATES.sub("", record.get("predicate", ""))):
         return "event"
     if _EVENT_WORDS.match(record.get("object", "")):
-        return "event"  # "Melanie | | went camping": the verb landed in the object
+        return "event"  # "Beatrix | | went camping": the verb landed in the object
     return "fact"
 
 
@@ -97,7 +97,7 @@ def person(value: str, speaker: str, zh: bool, names: Iterable[str] = ()) -> str
     low = value.lower()
     if low in _FIRST_PERSON or low in _USER_WORDS:
         return speaker
-    if names:  # a short form of a speaker's name ("Mel") → the name as the speakers are known
+    if names:  # a short form of a speaker's name ("Bea") → the name as the speakers are known
         for name in names:
             if len(low) >= 3 and name.lower().startswith(low) and name.lower() != low:
                 return name

@@ -11,6 +11,7 @@ import functools
 import re
 
 from .. import codec, text
+from ..extraction import slots
 from ..settings import Settings
 
 # Attributes that hold one value at a time: a new value replaces the old. The key of a
@@ -69,6 +70,9 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     """
     if _cancels(new, old, settings) or _quits(new, old):
         return "conflict"
+    by_slots = _by_slots(new, old, settings)
+    if by_slots:
+        return by_slots
     if not _same_topic(new, old):
         return "distinct"
     if multilingual and not keyword_only and _has_cjk(new) != _has_cjk(old):
@@ -87,6 +91,35 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     floor = settings.merge_min_overlap if keyword_only else settings.merge_similarity_same_key
     by_slot = _by_slot(new, old, settings, confirmed=max(similarity, lexical) >= floor)
     return by_slot or _by_similarity(new, old, similarity, lexical, settings, keyword_only, multilingual)
+
+
+def _by_slots(new: dict, old: dict, settings: Settings) -> str | None:
+    """The decision when both notes fill the same attribute of the same subject (their slots,
+    extraction/slots.py), None when they do not. The same value with the same polarity is a
+    repeat; the same value with another polarity is a change ("stopped being vegetarian"); a
+    new value of a one-value attribute replaces the old (lives_in Lisbon → Porto); values of a
+    many-value attribute add up, and an ending never replaces what it does not name."""
+    key = new.get("attribute")
+    if not key or key != old.get("attribute") or _norm(new.get("subject")) != _norm(old.get("subject")):
+        return None
+    same = _same_value(new.get("value", ""), old.get("value", ""), settings)
+    if same:
+        return "duplicate" if new.get("polarity", "holds") == old.get("polarity", "holds") else "conflict"
+    if "ended" in (new.get("polarity"), old.get("polarity")):
+        return "distinct"
+    both_hold = new.get("polarity", "holds") == old.get("polarity", "holds") == "holds"
+    return "conflict" if both_hold and slots.is_single(key) else "distinct"
+
+
+def _same_value(a: str, b: str, settings: Settings) -> bool:
+    if not a or not b:
+        return False
+    if text.has_cjk(a) or text.has_cjk(b):
+        return a in b or b in a
+    ta, tb = {text.stem(t) for t in text.terms(a)}, {text.stem(t) for t in text.terms(b)}
+    if not ta or not tb:
+        return a.casefold() == b.casefold()
+    return len(ta & tb) / min(len(ta), len(tb)) >= settings.merge_value_overlap
 
 
 def _across_languages(new: dict, old: dict, similarity: float, settings: Settings) -> str:
@@ -270,7 +303,7 @@ def _key_by_words(predicate: str) -> str | None:
 def polarity(record: dict) -> int:
     """+1 or -1: a preference's sentiment, else whether the predicate, or the object's first
     words ("no dog", "不吃辣"), are negated. A negation deeper in the object is the object's
-    own business ("encourages Jon to keep pushing and not give up")."""
+    own business ("encourages Ivo to keep pushing and not give up")."""
     sentiment = record.get("sentiment")
     if sentiment in ("like", "dislike"):
         return 1 if sentiment == "like" else -1

@@ -1,5 +1,5 @@
 """The prompt-ready block: hits as dated lines under a token budget. The first atoms bring the
-turn they came from when it says more than the note (a note is a summary: "Caroline's grandma
+turn they came from when it says more than the note (a note is a summary: "Rosalind's grandma
 gave her a necklace" drops "in Sweden"); every atom brings its conflicting partners and, while the
 budget allows, the atoms that share its source turns."""
 
