@@ -27,7 +27,9 @@ citing the second that match about.new.
   turns, i.e. the second statement was absorbed into it, not dropped).
 Failures are listed with their reasons, both turns' extraction states and every atom produced.
 --llm none runs the rules alone (a model that never writes a note); default is memdb's default
-model (the bundled 0.5B, or $MEMDB_LLM); a path runs that GGUF.
+model (the bundled 0.5B, or $MEMDB_LLM); a path runs that GGUF. With today's settings the model
+reads a turn only when the rules' notes cover too little of it; `--set extract_rules_cover=1`
+makes it read every turn.
 """
 
 from __future__ import annotations
@@ -121,22 +123,25 @@ def run_pair(pair: dict, args: argparse.Namespace, model: Any, embedder: Any) ->
     ts1 = dt.datetime.fromisoformat(pair["ts"].replace("Z", "+00:00"))
     turn_ids: list[int] = []
     seconds: list[float] = []
+    asked: list[list[int]] = []  # per turn: model calls, empty replies
     with tempfile.TemporaryDirectory() as tmp, \
             memdb.open(Path(tmp) / "updates.db", user=user, embedder=embedder, llm=model,
-                       extract="defer", threads=args.threads) as mem:
+                       extract="defer", threads=args.threads, settings=args.settings) as mem:
         for i, (content, ts) in enumerate(zip(pair["turns"], (ts1, ts1 + WEEK))):
             message = {"role": "user", "content": content, "name": pair["speaker"]}
             turn_ids += mem.add([message], session=f"week{i + 1}", ts=ts.isoformat())
-            started = time.perf_counter()
+            calls, empty, started = model.calls, model.empty, time.perf_counter()
             mem.extract()
             seconds.append(time.perf_counter() - started)
+            asked.append([model.calls - calls, model.empty - empty])
         exported = list(mem.export())
     turns = [r for r in exported if r["type"] == "turn"]
     atoms = [r for r in exported if r["type"] == "atom"]
     verdict = judge(pair, atoms, turn_ids)
     return {
         "id": pair["id"], "lang": pair["lang"], "case": pair["case"], "kind": pair["kind"], **verdict,
-        "turns": [{"text": t["content"], "state": t["state"], "reason": t["reason"]} for t in turns],
+        "turns": [{"text": t["content"], "state": t["state"], "reason": t["reason"],
+                   "model_calls": calls, "model_empty": empty} for t, (calls, empty) in zip(turns, asked)],
         "atoms": [_shown(a, turn_ids) for a in atoms],
         "extract_seconds": [round(s, 3) for s in seconds],
     }
@@ -258,6 +263,18 @@ def load_models(args: argparse.Namespace) -> tuple[Any, Any, float]:
     return Counted(model), loaded_embedder, time.perf_counter() - started
 
 
+def settings_from(pairs: list[str]) -> memdb.Settings:
+    """Settings with KEY=VALUE changes (--set extract_rules_cover=1), each value read as its default's type."""
+    defaults, changes = memdb.Settings(), {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if not hasattr(defaults, key):
+            raise SystemExit(f"--set: Settings has no field {key!r}")
+        kind = type(getattr(defaults, key))
+        changes[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+    return memdb.Settings(**changes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--llm", default="default", help="none (rules only), default (memdb's model) or a GGUF path")
@@ -266,8 +283,11 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="one case (supersede, coexist, restated) or kind (lives_in, ...)")
     parser.add_argument("--pairs", type=Path, default=PAIRS)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Settings field for every file, e.g. extract_rules_cover=1 (the model reads every turn)")
     parser.add_argument("--out", default=None, help="write the JSON report here")
     args = parser.parse_args()
+    args.settings = settings_from(args.set)
 
     pairs = json.loads(args.pairs.read_text(encoding="utf-8"))["pairs"]
     pairs = [p for p in pairs if (args.lang is None or p["lang"] == args.lang)
@@ -291,6 +311,7 @@ def main() -> None:
                     "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
         "code": code_version(),
         "model": model.name, "embedder": getattr(embedder, "name", None), "pairs_file": str(args.pairs.name),
+        "settings_changed": args.set,
         "seconds": {"load": round(load_s, 1), "run": round(wall, 1),
                     "extract_per_turn_median": round(statistics.median(per_turn), 3),
                     "extract_per_turn_max": round(max(per_turn), 3)},
@@ -322,9 +343,11 @@ def print_report(report: dict, results: list[dict]) -> None:
     for r in results:
         if r["pass"] and r.get("merged", True):
             continue
-        print(f"{'FAIL' if not r['pass'] else 'NOT MERGED'} {r['id']} ({r['case']}, {r['kind']}): {'; '.join(r['reasons'])}")
+        verdict = "FAIL" if not r["pass"] else "NOT MERGED"
+        print(f"{verdict} {r['id']} ({r['case']}, {r['kind']}): {'; '.join(r['reasons'])}")
         for i, t in enumerate(r["turns"], 1):
-            print(f"   turn {i} [{t['state']}{': ' + t['reason'] if t['reason'] else ''}] {t['text']}")
+            model = f", model {t['model_calls']} call(s), {t['model_empty']} empty" if t["model_calls"] else ""
+            print(f"   turn {i} [{t['state']}{': ' + t['reason'] if t['reason'] else ''}{model}] {t['text']}")
         for a in r["atoms"]:
             fields = {k: v for k, v in a["record"].items() if k in ("subject", "predicate", "object", "when")}
             print(f"   #{a['id']} t{a['turn']} {a['status']:<11} {a['text']}   {fields}")
