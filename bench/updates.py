@@ -349,7 +349,7 @@ def print_report(report: dict, results: list[dict]) -> None:
             model = f", model {t['model_calls']} call(s), {t['model_empty']} empty" if t["model_calls"] else ""
             print(f"   turn {i} [{t['state']}{': ' + t['reason'] if t['reason'] else ''}{model}] {t['text']}")
         for a in r["atoms"]:
-            fields = {k: v for k, v in a["record"].items() if k in ("subject", "predicate", "object", "when")}
+            fields = {k: v for k, v in a["record"].items() if k in ("subject", "predicate", "object", "when", "attribute", "value", "polarity")}
             print(f"   #{a['id']} t{a['turn']} {a['status']:<11} {a['text']}   {fields}")
         if not r["atoms"]:
             print("   (no atoms)")

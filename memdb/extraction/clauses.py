@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from .. import text, timeparse
-from . import lexicon, persons
+from . import lexicon, persons, slots
 from .prefilter import FIRST_PERSON_WORDS, sentence_kind
 
 # Leading words that carry nothing ("Yeah, so I ..." → "I ...").
@@ -85,11 +85,23 @@ def _clauses(content: str, zh: bool) -> list[str]:
         return [c for c in out if c]
     out = []
     for sentence in text.sentences(content):
-        for part in _CLAUSE.split(sentence):
+        for part in _aside_kept(_CLAUSE.split(sentence)):
             part = _FILLER.sub("", part.strip(" ,.!")).strip(" ,.!")
             part = _VOCATIVE.sub("", part)
             out += _cut(part, MAX_CLAUSE_CHARS["en"], ", ")
     return [c for c in out if c]
+
+
+def _aside_kept(parts: list[str]) -> list[str]:
+    # "I'm carving out me-time - running, reading, or playing my violin": a part that opens
+    # with an -ing word or a list is the clause before it, said again in detail.
+    kept: list[str] = []
+    for part in parts:
+        if kept and re.match(r"[a-z]+ing\b(?!\s+(?:is|are|was)\b)", part.strip()):
+            kept[-1] = f"{kept[-1]}: {part.strip()}"
+        else:
+            kept.append(part)
+    return kept
 
 
 def _cut(clause: str, limit: int, joint: str) -> list[str]:
@@ -108,10 +120,19 @@ def _cut(clause: str, limit: int, joint: str) -> list[str]:
 
 def _states_something(clause: str, zh: bool, ts: str) -> bool:
     if zh:
-        return sum(text.is_cjk(ch) and ch not in text.ZH_STOP_CHARS for ch in clause) >= 4
-    if len(text.terms(clause)) < 2:
+        said = sum(text.is_cjk(ch) and ch not in text.ZH_STOP_CHARS for ch in clause) + 2 * len(_ENTITY.findall(clause))
+        return said >= 4 or "我" in clause and bool(slots.read("", clause).get("attribute"))  # "我住在青岛"
+    terms = text.terms(clause)
+    if len(terms) < 2:
         return False
+    opened = _subject_first(persons.discourse_free(clause))
+    own = _OWN_SUBJECT.match(opened)
+    if own and (len(terms) >= 3 or slots.read("", persons.drop_leading_i(opened)).get("attribute")):
+        return True  # "I just launched an ad campaign for my store", "I'm vegetarian": the speaker's own
     return bool(_DURABLE.search(clause) or _ENTITY.search(clause) or timeparse.find(clause, ts))
+
+
+_OWN_SUBJECT = re.compile(r"(?:i|i['’](?:m|ve|ll|d)|my|we|we['’](?:re|ve|ll)|our)\s", re.I)
 
 
 def _as_record(clause: str, speaker: str, names: set[str], zh: bool, content: str = "") -> dict | None:
@@ -143,6 +164,9 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     mine = _IS_MINE.match(clause)
     if mine:  # "Dance is pretty much my go-to for stress relief" → "Ana's go-to for stress relief | is | dance"
         return {"subject": f"{speaker}'s {mine.group(2)}", "predicate": "is", "object": mine.group(1)[:1].lower() + mine.group(1)[1:]}
+    with_name = re.match(r"^([A-Z][a-z]+)\s+and\s+(?:I|me)\s+(.+)$", clause)
+    if with_name and with_name.group(1) not in _NOT_NAMES:  # "Kai and I got married" → "Ana and Kai got married"
+        return {"subject": speaker, "predicate": f"and {with_name.group(1)}", "object": with_name.group(2)}
     pair = _WITH_ME.match(clause)
     if pair:  # "my partner Emil and I are moving …" → "Ana and her partner Emil are moving …"
         return {"subject": speaker, "predicate": f"and my {pair.group(1)}", "object": pair.group(2)}
@@ -153,7 +177,8 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     for name in others:
         if clause.startswith(name + " "):
             return {"subject": name, "object": clause[len(name) + 1:]}
-    own = re.match(r"^(?:my|our)\s+((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+(?=(?:%s)\b)(.+)$" % _VERBS, clause, re.I)
+    own = re.match(r"^(?:my|our)\s+((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+(?=(?:%s|[a-z]+(?<!s)s|[a-z]+ed)\b)(.+)$" % _VERBS,
+                   clause, re.I)
     if own:  # "my sister's wedding is in June" → "Ana's sister's wedding | is in June"
         return {"subject": f"{speaker}'s {own.group(1)}", **_verb_and_rest(own.group(2))}
     person = _pronoun_person(clause, content, speaker, names)
@@ -162,14 +187,16 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     if _PRONOUN.match(clause) or lexicon.alternation("en", "pronoun_subjects").match(clause):
         return None  # about someone or something only a pronoun names
     rule = lexicon.alternation("en", "rule_openers").match(clause) or lexicon.alternation("en", "rule_words").search(clause)
-    if rule and not persons.FIRST_PERSON.search(clause):
+    if rule and not persons.FIRST_PERSON.search(clause) and not re.search(r"\b(?:it|this|that|had|was)\b", clause, re.I):
         # "No hosted APIs, no pasting rows into web tools": a rule, and whose it is
-        return {"subject": f"{speaker}'s rule", "predicate": ":", "object": clause[:1].lower() + clause[1:]}
+        return {"subject": f"{speaker}'s rule:", "object": clause[:1].lower() + clause[1:]}
     thing = re.match(r"^((?:[\w'-]+\s+){0,4}?[\w'-]+)\s+(?=(?:%s)\b)(.+)$" % _VERBS, clause, re.I)
-    if thing and (rule or _ENTITY.search(thing.group(2)) or timeparse.find(thing.group(2), "2000-01-01")):
-        # "The offsite is on June 4", "Anything with client data stays inside our VPC": a thing
-        # of the speaker's, with a name, number, time or rule in what is said of it
-        noun = re.sub(r"^(?:our|my)\s+", f"{speaker}'s ", thing.group(1), flags=re.I)
+    if thing and (rule or _ENTITY.search(clause) or timeparse.find(thing.group(2), "2000-01-01")
+                  or slots.polarity(thing.group(2)) == "ended"):
+        # "The offsite is on June 4", "The Crete trip is off", "Anything with client data stays
+        # inside our VPC": a thing of the speaker's, with a name, number, time, rule or ending
+        noun = re.sub(r"^(?:our|my|the)\s+(?!(?:%s)\b)" % "|".join(lexicon.words("en", "pronoun_subjects")),
+                      f"{speaker}'s ", thing.group(1), flags=re.I)
         return {"subject": noun[:1].upper() + noun[1:], **_verb_and_rest(thing.group(2))}
     return None  # a remark without its own subject: the raw turn says it better than a note could
 
@@ -180,7 +207,7 @@ _IS_MINE = re.compile(r"^((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+(?:is|are)\s+(?:pretty 
 # "my partner Emil and I are …": the speaker and someone of theirs, the speaker's name first.
 _WITH_ME = re.compile(r"^(?:my|our)\s+((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+and\s+(?:I|me)\s+(.+)$", re.I)
 # Verbs that end a noun phrase ("my sister's wedding | is …").
-_VERBS = ("is|are|was|were|has|have|had|will|would|can|could|must|should|can't|cannot|won't|doesn't|isn't|got|gets|"
+_VERBS = ("is|are|was|were|has|have|had|will|would|can|could|must|should|can't|cannot|won't|doesn't|isn't|got|gets|moved|"
           "keeps|kept|loves?|likes?|hates?|wants?|needs?|lives?|works?|moved|just|also|still|never|always|started|"
           "stopped|turned|went|goes|stays|comes|runs|takes|costs|starts|ends|plays?|made|says|said|seems|looks")
 
@@ -207,7 +234,7 @@ def _pronoun_person(clause: str, content: str, speaker: str, names: set[str]) ->
 # "Right now I'm setting up …": a time or place before the speaker, moved behind the statement.
 _LEAD = re.compile(r"^((?:right now|for now|these days|this (?:week|month|year)|last (?:week|month|year)|today|now|"
                    r"currently|lately|recently|at (?:work|home)|for (?:deployment|work|now)|since \w+)\s*,?\s+)"
-                   r"(?=(?:i|we)\b)", re.I)
+                   r"(?=(?:i|we|my|our)\b)", re.I)
 # "Been training since March", "Thought about …": the speaker left out, as people do in chat.
 _ELIDED = re.compile(r"^(gonna|wanna|been|thought|got|went|had|started|finished|spent|took|made|tried|found|bought|signed|lost|won|"
                      r"quit|left|met|saw|joined|moved|visited|adopted|decided|learned|loved)\b\s*",
@@ -219,6 +246,9 @@ def _subject_first(clause: str) -> str:
     lead = _LEAD.match(clause)
     if lead:
         return f"{clause[lead.end():]} {lead.group(1).strip(' ,').lower()}"
+    doing = re.match(r"([A-Z][a-z]+ing)\s+(?!.*\b(?:is|are|was|were|isn't|aren't|wasn't)\b)", clause)
+    if doing and doing.group(1) not in _NOT_NAMES:  # "Researching adoption agencies": what the speaker is doing
+        return f"I am {clause[:1].lower()}{clause[1:]}"
     elided = _ELIDED.match(clause)
     if elided and clause[0].isupper():
         verb = elided.group(1).lower()

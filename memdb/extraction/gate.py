@@ -31,7 +31,9 @@ _EVALUATIVE = frozenset("""amazing awesome great good nice cool lovely wonderful
     appreciated sounds sound seems looks look like best better worth cherish moments moment time
     times journey chance hope hopes wish wishes agree agrees glad sure true real cheers congrats
     congratulations wow yeah yes okay ok thing things stuff something anything everything way meaningful
-    emotional fulfilling touching overwhelming insane scary crazy wild thought-provoking""".split())
+    emotional fulfilling touching overwhelming insane scary crazy wild thought-provoking hopeful optimistic
+    grateful keen able best doing feeling hoping positive motivated confident determined passionate
+    blessed helpful useful nicely together difference impact""".split())
 # Words that point or generalise without naming anything: "will never forget it", "make it
 # work", "all have unique paths". With only these (and praise) left, a line names nothing.
 _VAGUE = frozenset("""it this that them others other all everyone everything determined sure alive blessed
@@ -126,7 +128,10 @@ def _listener_named(value: str, listener: str | None, zh: bool) -> str:
                 value = value.replace(f"\x00{i}\x01", word)
         return value.strip()
     if listener:
-        rules = [(r"\byour\b", f"{listener}'s"), (r"\b(?:yourself|yours)\b", listener), (r"\byou\b", listener)]
+        rules = [(r"\byou['’]re\b", f"{listener} is"), (r"\byou['’]ve\b", f"{listener} has"),
+                 (r"\byou['’]ll\b", f"{listener} will"), (r"\byou['’]d\b", f"{listener} would"),
+                 (r"\byou are\b", f"{listener} is"), (r"\byour\b", f"{listener}'s"),
+                 (r"\b(?:yourself|yours)\b", listener), (r"\byou\b", listener)]
     elif listener == ASSISTANT:
         rules = [(r"\b(?:your|yours|yourself|you)\s*", "")]
     else:

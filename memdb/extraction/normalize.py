@@ -153,7 +153,9 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
         for phrase, _ in timeparse.find(value, turn.ts):
             if len(value) > len(phrase) + 2:
                 gap = "" if text.has_cjk(phrase) else " "  # no spaces inside Chinese
-                value = record[part] = " ".join(value.replace(phrase, gap).split()).strip(" ,，")
+                # "on March 20" goes whole: a preposition left behind reads as a cut ("flying on for a week")
+                cut = re.sub(rf"(?:\b(?:on|in|at|by|from|until|since|for)\s+)?{re.escape(phrase)}", gap, value, count=1, flags=re.I)
+                value = record[part] = " ".join(cut.split()).strip(" ,，")
             elif part == "predicate":
                 continue  # the whole predicate a time ("is | since March"): nothing to read without it
             # The time is all the object says ("has been training | since March"): its words stay.

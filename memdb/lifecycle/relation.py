@@ -99,8 +99,10 @@ def _by_slots(new: dict, old: dict, settings: Settings) -> str | None:
     repeat; the same value with another polarity is a change ("stopped being vegetarian"); a
     new value of a one-value attribute replaces the old (lives_in Lisbon → Porto); values of a
     many-value attribute add up, and an ending never replaces what it does not name."""
+    if old.get("polarity") != "ended" and owner(new) == owner(old) and _ends(new, old):
+        return "conflict"
     key = new.get("attribute")
-    if not key or key != old.get("attribute") or _norm(new.get("subject")) != _norm(old.get("subject")):
+    if not key or key != old.get("attribute") or owner(new) != owner(old):
         return None
     same = _same_value(new.get("value", ""), old.get("value", ""), settings)
     if same:
@@ -109,6 +111,40 @@ def _by_slots(new: dict, old: dict, settings: Settings) -> str | None:
         return "distinct"
     both_hold = new.get("polarity", "holds") == old.get("polarity", "holds") == "holds"
     return "conflict" if both_hold and slots.is_single(key) else "distinct"
+
+
+def owner(record: dict) -> str:
+    """Whose note it is: the person before "'s" / "的" in its subject ("Ana's trip" → "ana")."""
+    subject = record.get("subject") or ""
+    m = re.match(r"^(.+?)(?:['’]s\b|的)", subject)
+    return _norm(m.group(1) if m else subject)
+
+
+def _ends(new: dict, old: dict) -> bool:
+    # An ending ("the Crete trip is off", "戒烟了", "switched from Jira to Linear") ends the note
+    # it names: the same one-value attribute (an ending of a diet ends whichever diet), the same
+    # value, or, when the ending names no attribute of the old note, a word of what it ends
+    # (before "to" / 成 / 到, which name what comes instead).
+    key = new.get("attribute")
+    if key and key == old.get("attribute"):
+        return new.get("polarity") == "ended" and _same_value(new.get("value", ""), old.get("value", ""), Settings())
+    body = codec.canonical_text(new)
+    return slots.polarity(body) == "ended" and _shared(new, old)
+
+
+def _shared(ending: dict, old: dict) -> bool:
+    line = codec.canonical_text(ending)
+    who = owner(ending)
+    line = line[len(who):] if line.lower().startswith(who) else line  # the owner's name is no topic
+    line = re.split(r"\b(?:to|into|for)\b(?!.*\bfrom\b)|改成|换成|改到|改为|迁到|搬到", line)[0]  # what it ends, not what follows
+    ours = {text.stem(t) for t in text.terms(line)} - _ENDING_STEMS
+    theirs = {text.stem(t) for t in text.terms(codec.canonical_text(old))} - {owner(old)}
+    return bool(ours & theirs)
+
+
+_ENDING_STEMS = frozenset(text.stem(w) for w in ("stopped", "quit", "cancelled", "canceled", "off", "longer", "anymore",
+                                                  "switched", "moved", "changed", "instead", "gone", "gave", "left",
+                                                  "sold", "now", "no", "not", "don't", "doesn't", "again"))
 
 
 def _same_value(a: str, b: str, settings: Settings) -> bool:
@@ -138,7 +174,7 @@ def _cancels(new: dict, old: dict, settings: Settings) -> bool:
     """Whether new calls off the plan old is: same subject, old an event, new saying it is off
     and naming what old named."""
     planned = old["kind"] == "event" or old["kind"] != "constraint" and _PLANNED.search(codec.canonical_text(old))
-    if not planned or _norm(new.get("subject")) != _norm(old.get("subject")):
+    if not planned or owner(new) != owner(old):
         return False
     if not _CANCELLED.search(codec.canonical_text(new)) or _CANCELLED.search(codec.canonical_text(old)):
         return False

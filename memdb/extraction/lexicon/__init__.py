@@ -26,11 +26,11 @@ def words(lang: str, name: str) -> tuple[str, ...]:
 @functools.cache
 def alternation(lang: str, name: str) -> re.Pattern[str]:
     """One pattern matching any phrase of the list as whole words (English) or as a substring
-    (Chinese). "*" in a phrase stands for one word (English) or up to four characters (Chinese);
+    (Chinese). "*" in a phrase stands for one to three words (English) or up to four characters (Chinese);
     "…" for up to four characters between two Chinese parts (不…了)."""
     parts = []
     for phrase in words(lang, name):
-        body = re.escape(phrase).replace(r"\*", r"[\w'-]+" if lang == "en" else r"[^，,。！？]{1,4}?")
+        body = re.escape(phrase).replace(r"\*", r"[\w'-]+(?:\s+[\w'-]+){0,2}?" if lang == "en" else r"[^，,。！？]{1,4}?")
         body = body.replace("…", r"[^，,。！？]{1,4}?")
         parts.append(rf"(?<![\w'-]){body}(?![\w'-])" if lang == "en" else body)
     return re.compile("|".join(parts), re.I)
