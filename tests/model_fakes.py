@@ -1,0 +1,74 @@
+"""Fake extraction models that misbehave the way a native model can: they crash the process
+(SIGSEGV), abort, hang or answer, as a control file says at each call. They run in a model
+worker (memdb.models.worker), which rebuilds them from these import paths; the control file
+lets a test change what the next call does, in whichever worker process answers it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+REPLY = '{"a": ["Anna | likes | green tea"]}'
+LINE = "Green tea, every single time."  # a line the rules take nothing from: the model is asked
+
+
+class ControlledLLM:
+    """Does what the control file says at each call: "ok", "segfault", "abort", "hang",
+    "raise" (a Python exception) or "exit" (the process leaves with status 3)."""
+
+    name, sha256 = "controlled", "c" * 64
+
+    def __init__(self, control: str) -> None:
+        self.control = Path(control)
+
+    def complete(self, messages, *, schema, max_tokens):
+        mode = self.control.read_text().strip()
+        with open(f"{self.control}.calls", "a") as calls:  # how many calls reached a model
+            calls.write(f"{os.getpid()} {mode}\n")
+        if mode == "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif mode == "abort":
+            os.abort()
+        elif mode == "hang":
+            time.sleep(3600)
+        elif mode == "exit":
+            os._exit(3)
+        elif mode == "raise":
+            raise ValueError("the fake model refused this prompt")
+        return REPLY
+
+
+class EchoLLM:
+    """Answers at once: what a worker costs per call, without a model's own time."""
+
+    name, sha256 = "echo", "e" * 64
+
+    def complete(self, messages, *, schema, max_tokens):
+        return REPLY
+
+
+class BrokenAtBuild:
+    """A model whose constructor fails (a missing file, say)."""
+
+    name, sha256 = "broken", "b" * 64
+
+    def __init__(self) -> None:
+        raise FileNotFoundError("no weights at /nowhere/model.gguf")
+
+
+class SlowLLM:
+    """Blocks in complete() until released, and says when a call has started (in-process only)."""
+
+    name, sha256 = "slow", "5" * 64
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def complete(self, messages, *, schema, max_tokens):
+        self.started.set()
+        assert self.release.wait(30), "the test never released the model"
+        return REPLY
