@@ -72,3 +72,12 @@ class SlowLLM:
         self.started.set()
         assert self.release.wait(30), "the test never released the model"
         return REPLY
+
+
+class InesLLM:
+    """The note memdb doctor's probe turn holds ("Dark roast, no sugar, every single morning.")."""
+
+    name, sha256 = "ines", "1" * 64
+
+    def complete(self, messages, *, schema, max_tokens):
+        return '{"a": ["Ines | takes | dark roast with no sugar"]}'
