@@ -12,7 +12,7 @@ How the pieces were chosen:
   spawn and forkserver re-import the caller's __main__, which runs an unguarded script again.
 - The model is described by a factory the child can rebuild: a picklable zero-argument callable
   (a class, a functools.partial of a module-level function) or an import path
-  "package.module:name". The child puts the caller's sys.path first, so the same modules load.
+  "package.module:name". The child starts with the caller's sys.path, so the same modules load.
 - Requests and replies are length-prefixed pickles over the child's stdin and stdout. The child
   moves them to other descriptors at once and points fd 1 at stderr, so whatever llama.cpp
   prints cannot corrupt them. Its stderr goes to a temporary file, whose tail is quoted in the
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import json
 import logging
 import os
 import pickle
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -46,7 +48,9 @@ from ..errors import InvalidInput, ModelError
 log = logging.getLogger("memdb")
 
 Factory = Callable[[], Any] | str
-_MEMDB_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PATH_ENV = "MEMDB_WORKER_SYS_PATH"
+_CHILD = (f"import json, os, sys; sys.path[:0] = json.loads(os.environ.pop({_PATH_ENV!r})); "
+          "from memdb.models.worker import serve; serve()")
 _HEADER = struct.Struct("!I")
 _STDERR_TAIL = 1500  # characters of a dead worker's stderr quoted in the error
 # The child does one thing, llama.cpp's (its own thread count): libraries it loads beside it
@@ -149,18 +153,19 @@ class WorkerLLM:
         started = time.perf_counter()
         self._stderr = tempfile.TemporaryFile(prefix="memdb-worker-")
         env = {**os.environ, **{k: v for k, v in _CHILD_ENV.items() if k not in os.environ}}
-        # The child must import this very memdb before it reads the caller's sys.path.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_MEMDB_ROOT, os.environ.get("PYTHONPATH")]))
+        # The child imports as the caller does (this very memdb, the factory's module): the
+        # caller's sys.path goes first, handed over before anything is imported.
+        env[_PATH_ENV] = json.dumps(sys.path)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "memdb.models.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=self._stderr, env=env, close_fds=True,
                 start_new_session=True)  # the terminal's Ctrl-C is the caller's to handle, not the worker's
         except OSError as exc:
             self._stop(kill=True)
             raise ModelError(f"cannot start a worker process for the extraction model: {exc}") from exc
         self.starts += 1
-        hello = {"path": list(sys.path), "factory": self._factory, "parent": os.getpid()}
+        hello = {"factory": self._factory, "parent": os.getpid()}
         try:
             self._identity = self._exchange(("load", hello), "start and load")
         except ModelError:
@@ -191,6 +196,9 @@ class WorkerLLM:
                 reply = _receive(proc.stdout)
             except (OSError, ValueError, EOFError, pickle.UnpicklingError):
                 reply = None
+            except BaseException:  # Ctrl-C while waiting: the reply would answer the next request
+                self._stop(kill=True)
+                raise
         finally:
             timer.cancel()
         if reply is None:
@@ -307,7 +315,7 @@ class WorkerCallError(Exception):
 
 _SHARED: dict[tuple, WorkerLLM] = {}
 _SHARED_LOCK = threading.Lock()
-_LIVE: set[WorkerLLM] = set()  # stopped at exit, so no worker outlives its caller by a timeout
+_LIVE: weakref.WeakSet[WorkerLLM] = weakref.WeakSet()  # stopped at exit (one dropped earlier: at its pipe's end)
 
 
 def shared(key: tuple, factory: Factory, *, timeout: float, label: str | None = None) -> WorkerLLM:
@@ -396,7 +404,6 @@ def serve() -> None:
     if first is None:
         return
     _, hello = first
-    sys.path[:0] = [p for p in hello["path"] if p not in sys.path]
     _watch_parent(hello["parent"])
     try:
         model = _build(pickle.loads(hello["factory"]))
