@@ -9,10 +9,15 @@
    alternating and repeated: extra buffer types on / off (Settings.model_extra_buffers), and
    once in this process (model_worker=False). Seconds per turn (median over turns), llama.cpp's
    own prompt and generation tokens/s, the worker's start+load time.
+3. prompt (--sections prompt): llama.cpp's prompt evaluation alone, where repacked weights
+   (the extra buffer types) would show: the same ~450-token prompt evaluated from an empty
+   cache, extra buffer types on and off alternating, in this process, one model at a time;
+   and whether llama.cpp said it repacked any weights (its CPU_REPACK buffer) at load.
 
     flock /tmp/memdb-cpu.lock .venv/bin/python bench/model_worker.py
+    flock /tmp/memdb-cpu.lock .venv/bin/python bench/model_worker.py --sections prompt --out bench/results/extra_buffers.json
 
-Writes bench/results/model_worker.json.
+Writes bench/results/model_worker.json (or --out).
 """
 
 from __future__ import annotations
@@ -121,13 +126,51 @@ def extraction(extra: bool | None, in_worker: bool, threads: int) -> dict:
     }
 
 
+def prompt_eval(extra: bool, threads: int, repeats: int) -> dict:
+    import logging
+
+    said: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    logger = logging.getLogger("memdb")
+    handler, level = Keep(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    model = llama.LlamaLLM(None, name=llama.assets.DEFAULT_MODEL_NAME, threads=threads, extra_bufts=extra,
+                           expected_sha256=llama.assets.DEFAULT_MODEL_SHA256)
+    try:
+        loaded = model.model()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="Ines", content=" ".join(TURNS), ts="2026-11-02T10:00:00")
+    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in prompt.build_messages([turn], [], [turn]))
+    tokens = loaded.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+    times = []
+    for _ in range(repeats):
+        loaded.reset()
+        loaded._ctx.kv_cache_clear() if hasattr(loaded._ctx, "kv_cache_clear") else None
+        began = time.perf_counter()
+        loaded.eval(tokens)
+        times.append(time.perf_counter() - began)
+    model.close()
+    repack = [line.split("llama.cpp: ", 1)[-1] for line in said if "REPACK" in line.upper()]
+    return {"extra_buffers": extra, "tokens": len(tokens), "s_median": round(statistics.median(times), 3),
+            "tokens_per_s": round(len(tokens) / statistics.median(times), 1), "runs": [round(t, 3) for t in times],
+            "llama_cpp_said": repack[:3]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--sections", default="overhead,extraction", help="overhead, extraction, prompt")
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "model_worker.json"))
     args = parser.parse_args()
     out: dict = {"command": "flock /tmp/memdb-cpu.lock .venv/bin/python bench/model_worker.py " + " ".join(sys.argv[1:]),
@@ -135,9 +178,21 @@ def main() -> None:
                  "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
                              "amx": sorted(llama.cpu_flags() & set(llama.AMX_CPU_FLAGS)),
                              "llama_cpp_build": llama.system_info().strip()},
-                 "overhead": overhead(args.calls, args.starts)}
-    print(json.dumps(out["overhead"]), file=sys.stderr)
-    if not args.skip_model:
+                 }
+    sections = args.sections.split(",")
+    if "overhead" in sections:
+        out["overhead"] = overhead(args.calls, args.starts)
+        print(json.dumps(out["overhead"]), file=sys.stderr)
+    if "prompt" in sections:
+        runs = []
+        for _ in range(args.rounds):
+            for extra in (True, False):
+                runs.append(prompt_eval(extra, args.threads, args.repeats))
+                print(json.dumps(runs[-1]), file=sys.stderr)
+        out["prompt"] = runs
+        out["prompt_summary"] = {f"tokens_per_s_extra_{'on' if extra else 'off'}": statistics.median(
+            r["tokens_per_s"] for r in runs if r["extra_buffers"] is extra) for extra in (True, False)}
+    if "extraction" in sections:
         runs = []
         for _ in range(args.rounds):
             for extra in (True, False):
@@ -154,7 +209,7 @@ def main() -> None:
             "generate_tps_extra_off": pick(False, "generate_tokens_per_s"),
         }
     Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
-    print(json.dumps(out.get("summary", out["overhead"]), indent=1))
+    print(json.dumps({k: v for k, v in out.items() if k in ("overhead", "summary", "prompt_summary")}, indent=1))
 
 
 def _cpu() -> str:
