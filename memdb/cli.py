@@ -338,6 +338,8 @@ def _mcp(args: argparse.Namespace) -> None:
 
 
 def _demo(args: argparse.Namespace) -> None:
+    from . import doctor
+
     path = Path(args.db)
     if path.exists():
         raise InvalidInput(f"{path} exists; remove it or name another file")
@@ -350,9 +352,9 @@ def _demo(args: argparse.Namespace) -> None:
             mem.add(conv["messages"], user=conv["user"], session=conv["session"])
         say(f"stored {mem.stats()['turns']} turns in {path}; extracting with the local model…")
         model = mem.llm()  # loads it now: a model that cannot run here fails the demo, loudly
-        before = _model_calls(model)
+        before = doctor.model_calls(model)
         counts = mem.extract(progress=_progress(args, "extract"))
-        calls = None if before is None else _model_calls(model) - before
+        calls = None if before is None else doctor.model_calls(model) - before
         say(_counts(counts))
         if calls:
             say(f"the extraction model ({model.name}) was asked {calls} time(s) and answered; "
@@ -384,15 +386,6 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _model_calls(model: Any) -> int | None:
-    """How many calls the model has answered, where it counts them (None where it does not)."""
-    calls = getattr(model, "calls", None)
-    if isinstance(calls, int):
-        return calls
-    stats = getattr(model, "stats", None)
-    return stats.get("calls") if isinstance(stats, dict) else None
 
 
 def _read_messages(source: str) -> list[dict]:

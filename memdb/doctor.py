@@ -22,8 +22,8 @@ from .settings import Settings
 # Features that decide how fast (or whether) llama.cpp and onnxruntime run here.
 CPU_FEATURES = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512_vnni", "avx_vnni",
                 "amx_tile", "amx_int8", "amx_bf16", "neon", "asimd")
-# A turn the rules take nothing from, so the model is asked (and extract_fill off besides).
-PROBE = [{"role": "user", "name": "Ines", "content": "Dark roast, no sugar, every single morning."}]
+# A turn the rules leave to the model (the one the demo's sample gives it too).
+PROBE = [{"role": "user", "name": "Ines", "content": "Weekends are for the allotment — tomatoes this year."}]
 PROBE_TEXTS = ["Ines drinks dark roast coffee without sugar.", "Ines 每天早上喝不加糖的黑咖啡。"]
 
 
@@ -58,14 +58,18 @@ def choices(settings: Settings, threads: int | None) -> dict[str, Any]:
 
 
 def check_extraction(llm: str | None, threads: int | None, settings: Settings) -> dict[str, Any]:
-    """Load the extraction model (in its worker, unless settings say otherwise) and extract one turn."""
+    """Start and load the extraction model (in its worker, unless settings say otherwise), then
+    extract one turn that the rules leave to the model. Raises when the model cannot run (it
+    cannot load, crashes or hangs); an answer extraction cannot use is reported as a warning:
+    the machine runs the model, the model found that line hard."""
     import memdb
 
-    probe = Settings(**{**settings.__dict__, "extract_fill": False})
     started = time.perf_counter()
-    with memdb.open(":memory:", embedder=None, llm=llm, extract="defer", threads=threads, settings=probe) as mem:
+    with memdb.open(":memory:", embedder=None, llm=llm, extract="defer", threads=threads, settings=settings) as mem:
         model = mem.llm()
-        loaded = time.perf_counter() - started
+        model.complete([{"role": "user", "content": "Say OK."}], schema={"type": "object"}, max_tokens=2)
+        loaded = time.perf_counter() - started  # the worker, the weights, and a first tiny answer
+        before = model_calls(model)
         mem.add(PROBE, user="doctor")
         began = time.perf_counter()
         counts = mem.extract()
@@ -74,17 +78,28 @@ def check_extraction(llm: str | None, threads: int | None, settings: Settings) -
         failed = mem.conn.execute('select "reason" from "turns" where "state" = ?', (codec.STATES["failed"],)).fetchall()
         stats = dict(getattr(model, "stats", None) or {})
         pid = getattr(model, "pid", None)
+        asked = None if before is None else model_calls(model) - before
     found = {"model": model.name, "start_and_load_s": round(loaded, 2), "extract_s": round(seconds, 2),
-             "turns_done": counts["done"], "atoms": atoms, "in_worker": pid is not None,
+             "model_calls": asked, "turns_done": counts["done"], "atoms": atoms, "in_worker": pid is not None,
              "worker_rss_mb": _rss_mb(pid) if pid else None}
     if stats.get("eval_ms") and stats.get("eval_tokens"):
         found["generate_tokens_per_s"] = round(1000 * stats["eval_tokens"] / stats["eval_ms"], 1)
     if stats.get("prompt_eval_ms") and stats.get("prompt_eval_tokens"):
         found["prompt_tokens_per_s"] = round(1000 * stats["prompt_eval_tokens"] / stats["prompt_eval_ms"], 1)
-    if counts["done"] != 1:
-        reason = failed[0][0] if failed else "the turn was not extracted"
-        raise MemdbError(f"the model answered but extraction failed: {reason}")
+    if asked == 0:
+        found["warning"] = "the model was not asked: the rules took the probe turn"
+    elif counts["done"] != 1:
+        found["warning"] = "the model ran but its answer was unusable: " + (failed[0][0] if failed else "no outcome")
     return found
+
+
+def model_calls(model: Any) -> int | None:
+    """How many calls the model has answered, where it counts them."""
+    calls = getattr(model, "calls", None)
+    if isinstance(calls, int):
+        return calls
+    stats = getattr(model, "stats", None)
+    return stats.get("calls") if isinstance(stats, dict) else None
 
 
 def check_embedder(name: str, threads: int | None) -> dict[str, Any]:
@@ -157,9 +172,12 @@ def render(report: dict[str, Any]) -> str:
         elif name == "extraction":
             speed = ", ".join(f"{found[k]} {label}" for k, label in (
                 ("prompt_tokens_per_s", "prompt tokens/s"), ("generate_tokens_per_s", "generated tokens/s")) if k in found)
-            lines.append(f"{name:<13} {found['model']}: loaded in {found['start_and_load_s']} s, one turn in "
-                         f"{found['extract_s']} s ({speed or 'no counters'}) -> {found['atoms']}"
+            lines.append(f"{name:<13} {found['model']} ({'in its worker' if found['in_worker'] else 'in process'}): "
+                         f"loaded in {found['start_and_load_s']} s, one turn in {found['extract_s']} s "
+                         f"({speed or 'no counters'}) -> {found['atoms']}"
                          + (f"; worker RSS {found['worker_rss_mb']} MB" if found.get("worker_rss_mb") else ""))
+            if found.get("warning"):
+                lines.append(f"{'':<13} warning: {found['warning']}")
         else:
             lines.append(f"{name:<13} {found['model']} (dim {found['dim']}): loaded in {found['load_s']} s, "
                          f"{found['sentences_per_s']} sentences/s")

@@ -75,9 +75,18 @@ class SlowLLM:
 
 
 class InesLLM:
-    """The note memdb doctor's probe turn holds ("Dark roast, no sugar, every single morning.")."""
+    """The note memdb doctor's probe turn holds ("Weekends are for the allotment — tomatoes this year.")."""
 
     name, sha256 = "ines", "1" * 64
 
     def complete(self, messages, *, schema, max_tokens):
-        return '{"a": ["Ines | takes | dark roast with no sugar"]}'
+        return '{"a": ["Ines | grows | tomatoes at the allotment"]}'
+
+
+class GarbageLLM:
+    """Answers, but never anything extraction can use."""
+
+    name, sha256 = "garbage", "9" * 64
+
+    def complete(self, messages, *, schema, max_tokens):
+        return "]} ,,,,,,"

@@ -72,15 +72,22 @@ def test_doctor_reports_the_machine_the_choices_and_each_check(capsys, monkeypat
     assert (2, False) == (report["choices"]["threads"], report["choices"]["extra_buffers"])
     assert "the CPU reports AMX (amx_int8, amx_tile)" in report["choices"]["extra_buffers_why"]
     found = report["checks"]["extraction"]
-    assert ("ines", 1, True) == (found["model"], found["turns_done"], found["in_worker"])
-    assert ["Ines takes dark roast with no sugar"] == found["atoms"]
+    assert ("ines", 1, 1, True) == (found["model"], found["model_calls"], found["turns_done"], found["in_worker"])
+    assert ["Ines grows tomatoes at the allotment"] == found["atoms"] and "warning" not in found
     assert ("hash-default", 64) == (report["checks"]["embedder"]["model"], report["checks"]["embedder"]["dim"])
     code, out, _ = run(capsys, "doctor", "--threads", "2")
     lines = out.splitlines()
     assert "threads       2" in lines and "all good" == lines[-1]
     assert "chosen        extra buffer types off: the CPU reports AMX (amx_int8, amx_tile), whose llama.cpp kernels crash" in lines
-    assert any(line.startswith("extraction    ines: loaded in ") and "['Ines takes dark roast with no sugar']" in line
-               for line in lines)
+    assert any(line.startswith("extraction    ines (in its worker): loaded in ")
+               and "['Ines grows tomatoes at the allotment']" in line for line in lines)
+
+
+def test_doctor_says_when_the_model_runs_but_its_answer_is_unusable(model_is):
+    model_is("tests.model_fakes:GarbageLLM")
+    found = doctor.check_extraction(None, 2, memdb.Settings())
+    assert (2, 0, []) == (found["model_calls"], found["turns_done"], found["atoms"])  # the call and its retry
+    assert found["warning"].startswith("the model ran but its answer was unusable: invalid output after retry")
 
 
 def test_doctor_reports_a_failing_model_and_still_checks_the_rest(capsys, monkeypatch, model_is):
@@ -109,5 +116,5 @@ def test_doctor_with_the_real_models(capsys):
     report = json.loads(out)
     assert 0 == code, report
     found = report["checks"]["extraction"]
-    assert (1, True) == (found["turns_done"], found["in_worker"]) and found["generate_tokens_per_s"] > 0
+    assert (1, True) == (found["model_calls"], found["in_worker"]) and found["generate_tokens_per_s"] > 0
     assert 384 == report["checks"]["embedder"]["dim"]
