@@ -17,7 +17,8 @@ LINE = "Green tea, every single time."  # a line the rules take nothing from: th
 
 class ControlledLLM:
     """Does what the control file says at each call: "ok", "segfault", "abort", "hang",
-    "raise" (a Python exception) or "exit" (the process leaves with status 3)."""
+    "raise" (a Python exception), "exit" (the process leaves with status 3) or "kill" (SIGKILL,
+    as the kernel's out-of-memory killer sends)."""
 
     name, sha256 = "controlled", "c" * 64
 
@@ -36,6 +37,8 @@ class ControlledLLM:
             time.sleep(3600)
         elif mode == "exit":
             os._exit(3)
+        elif mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         elif mode == "raise":
             raise ValueError("the fake model refused this prompt")
         return REPLY
@@ -90,3 +93,17 @@ class GarbageLLM:
 
     def complete(self, messages, *, schema, max_tokens):
         return "]} ,,,,,,"
+
+
+class SlowToBuild(EchoLLM):
+    """Takes as long to load as the test wants: says it started (a file beside the control
+    file), then waits for the test's release file."""
+
+    def __init__(self, control: str) -> None:
+        control_path = Path(control)
+        Path(f"{control_path}.building").write_text(str(os.getpid()))
+        for _ in range(600):
+            if Path(f"{control_path}.release").exists():
+                return
+            time.sleep(0.05)
+        raise TimeoutError("the test never released the build")

@@ -19,7 +19,7 @@ import pytest
 import memdb
 from memdb.errors import InvalidInput, ModelError
 from memdb.models import llama, worker
-from tests.model_fakes import LINE, ControlledLLM, SlowLLM
+from tests.model_fakes import LINE, ControlledLLM, SlowLLM, SlowToBuild
 
 ANNA = [{"role": "user", "name": "Anna", "content": LINE}]
 
@@ -54,6 +54,7 @@ def calls(control) -> list[str]:
     ("segfault", "SIGSEGV, a crash in native code"),
     ("abort", "SIGABRT, an abort in native code"),
     ("exit", "exit status 3"),
+    ("kill", "SIGKILL, killed: out of memory, or by another process"),
 ])
 def test_a_model_that_dies_leaves_the_turns_pending_and_a_later_extract_finishes_them(
         db_path, embedder, control, controlled, caplog, mode, ending):
@@ -102,6 +103,21 @@ def test_an_exception_in_the_model_fails_those_turns_and_keeps_the_worker(db_pat
         mem.add(ANNA, user="anna")
         assert 1 == mem.extract()["done"]
         assert pid == model.pid and 1 == model.starts  # one worker, loaded once, for every call
+
+
+def test_a_worker_killed_between_calls_is_replaced(db_path, embedder, control, controlled, caplog):
+    model = controlled()
+    with memdb.open(db_path, embedder=embedder, llm=model) as mem:
+        mem.add(ANNA, user="anna")
+        first = model.pid
+        os.kill(first, signal.SIGKILL)
+        assert _wait_for(lambda: model._proc.poll() is not None)
+        with caplog.at_level(logging.WARNING, "memdb"):
+            mem.add([{**ANNA[0], "content": LINE + " Truly."}], user="anna")
+        assert {"done": 2} == mem.stats()["turns_by_state"]
+        assert first != model.pid and 2 == model.starts
+        assert [f"memdb: the model worker {first} had exited (SIGKILL, killed: out of memory, or by another "
+                f"process); starting a new one"] == [r.getMessage() for r in caplog.records]
 
 
 def test_a_model_that_cannot_be_built_is_a_model_error(db_path, embedder):
@@ -224,6 +240,28 @@ def test_search_returns_while_the_model_is_still_answering(db_path, embedder):
             model.release.set()
             extracting.join(30)
         assert ["Anna likes green tea"] == [a.text for a in mem.profile("anna")]
+
+
+def test_search_returns_while_the_model_is_still_loading(db_path, embedder, control, monkeypatch):
+    # The Memory's own model (the bundled one, made on first use), here one slow to load.
+    model = worker.WorkerLLM(functools.partial(SlowToBuild, str(control)))
+    monkeypatch.setattr(memdb.Memory, "_make_llm", lambda self: model)
+    building, release = control.parent / "control.building", control.parent / "control.release"
+    try:
+        with memdb.open(db_path, embedder=embedder, extract="defer") as mem:
+            mem.add([{"role": "user", "name": "Anna", "content": "I keep bees on the roof."}], user="anna")
+            extracting = threading.Thread(target=mem.extract)
+            extracting.start()
+            try:
+                assert _wait_for(building.exists)  # the worker is building the model (another process)
+                assert ["I keep bees on the roof."] == [h.text for h in mem.search("bees", user="anna")]
+                assert not release.exists() and extracting.is_alive()
+            finally:
+                release.write_text("go")
+                extracting.join(60)
+            assert {"done": 1} == mem.stats()["turns_by_state"]
+    finally:
+        model.close()
 
 
 # ------------------------------------------------------------ AMX: the load parameters
