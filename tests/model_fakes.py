@@ -5,6 +5,7 @@ lets a test change what the next call does, in whichever worker process answers 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -50,6 +51,15 @@ class EchoLLM:
     name, sha256 = "echo", "e" * 64
 
     def complete(self, messages, *, schema, max_tokens):
+        return REPLY
+
+
+class ChattyLLM(EchoLLM):
+    """Logs as memdb's own models do (a warning, a debug line) while it answers."""
+
+    def complete(self, messages, *, schema, max_tokens):
+        logging.getLogger("memdb").warning("memdb: the fake grammar failed; using free JSON")
+        logging.getLogger("memdb").debug("llama.cpp: a line nobody needs")
         return REPLY
 
 

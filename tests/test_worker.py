@@ -130,6 +130,17 @@ def test_a_model_that_cannot_be_built_is_a_model_error(db_path, embedder):
     assert "echo" == worker.WorkerLLM("tests.model_fakes:EchoLLM").name
 
 
+def test_what_the_model_logs_in_its_worker_is_logged_here(caplog):
+    model = worker.WorkerLLM("tests.model_fakes:ChattyLLM")
+    try:
+        with caplog.at_level(logging.DEBUG, "memdb"):
+            model.complete([], schema={}, max_tokens=1)
+        assert [(logging.WARNING, "memdb: the fake grammar failed; using free JSON")] == [
+            (r.levelno, r.getMessage()) for r in caplog.records]
+    finally:
+        model.close()
+
+
 def test_a_factory_the_worker_cannot_rebuild_is_refused_at_once():
     with pytest.raises(InvalidInput, match="cannot be sent to a worker process"):
         worker.WorkerLLM(lambda: ControlledLLM("x"))

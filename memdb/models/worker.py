@@ -19,6 +19,8 @@ How the pieces were chosen:
   error when it dies ("GGML_ASSERT ...").
 - One call at a time per worker (a lock); `shared()` hands every Memory of the process the same
   worker for the same model, so a Pool of files loads the model once, not once per file.
+- What the model logs (memdb's logger, info and up) comes back with each reply and is logged
+  in the caller; llama.cpp's own lines (debug) stay in the worker.
 - The worker exits when the caller does: at its stdin's end when idle, and by a watch on its
   parent's pid when the caller was killed in the middle of a call.
 - A timeout is a timer that kills the worker; the blocking read then ends.
@@ -203,7 +205,9 @@ class WorkerLLM:
             timer.cancel()
         if reply is None:
             raise self._died(what, expired.is_set())
-        status, *rest = reply
+        status, said, *rest = reply
+        for level, line in said:  # what the model logged there, logged here
+            log.log(level, "%s", line)
         if status == "ok":
             return rest[0]
         raise _rebuild(*rest)
@@ -387,7 +391,25 @@ def _error(exc: BaseException) -> tuple:
         pickle.loads(pickled)  # an exception whose constructor differs cannot come back
     except Exception:
         pickled = None
-    return ("error", type(exc).__name__, str(exc), pickled, isinstance(exc, ModelError))
+    return ("error", _SAID.take(), type(exc).__name__, str(exc), pickled, isinstance(exc, ModelError))
+
+
+class _Said(logging.Handler):
+    """The memdb log lines of this worker since the last reply, sent back with it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.levelno, record.getMessage()))
+
+    def take(self) -> list[tuple[int, str]]:
+        lines, self.lines = self.lines, []
+        return lines
+
+
+_SAID = _Said()
 
 
 def serve() -> None:
@@ -400,6 +422,8 @@ def serve() -> None:
     os.dup2(2, 1)  # stray prints (llama.cpp's, the model's) go to stderr, never into a reply
     os.close(quiet)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("memdb").setLevel(logging.INFO)  # llama.cpp's own lines are debug: not sent
+    logging.getLogger("memdb").addHandler(_SAID)
     first = _receive(requests)
     if first is None:
         return
@@ -407,7 +431,7 @@ def serve() -> None:
     _watch_parent(hello["parent"])
     try:
         model = _build(pickle.loads(hello["factory"]))
-        _send(replies, ("ok", {"name": model.name, "sha256": model.sha256, "pid": os.getpid()}))
+        _send(replies, ("ok", _SAID.take(), {"name": model.name, "sha256": model.sha256, "pid": os.getpid()}))
     except BaseException as exc:  # a model that cannot be built: say why, then leave
         _send(replies, _error(exc))
         return
@@ -421,7 +445,7 @@ def serve() -> None:
                 result = getattr(model, method)(*args, **kwargs)
             else:  # ("get", attribute)
                 result = getattr(model, message[1], None)
-            reply: tuple = ("ok", result)
+            reply: tuple = ("ok", _SAID.take(), result)
         except Exception as exc:
             reply = _error(exc)
         _send(replies, reply)
