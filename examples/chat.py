@@ -86,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show-context", action="store_true", help="print the memory block before each reply")
     args = parser.parse_args(argv)
     reply = llama_reply(args.model, threads=args.threads, max_tokens=args.max_tokens)
-    with memdb.open(args.db, llm=args.llm or args.model, threads=args.threads) as mem:
+    # The chat model already runs in this process: when it extracts too, memdb uses the same
+    # loaded weights here rather than a second copy in its model worker.
+    shared = memdb.Settings(model_worker=bool(args.llm))
+    with memdb.open(args.db, llm=args.llm or args.model, threads=args.threads, settings=shared) as mem:
         chat(mem, reply, prompted(sys.stdin), user=args.user, session=args.session,
              budget=args.budget, show_context=args.show_context)
     return 0

@@ -164,6 +164,14 @@ def _parser() -> argparse.ArgumentParser:
     demo = ("build a demo file from the bundled sample conversation (two users, a dozen turns), extract "
             "atoms with the local model, and show search and context for the sample's questions")
     command("demo", _demo, demo, user=False, embedder=True, llm=True, new_db="demo.db")
+
+    doctor = ("check that memdb works on this machine: load each bundled model, run one extraction and "
+              "one embedding, and show the CPU's features, threads, speed, memory and the settings memdb chose")
+    p = sub.add_parser("doctor", help=doctor, description=doctor)
+    p.add_argument("--llm", default=None, help="extraction model to check instead of the bundled one (.gguf or URL)")
+    p.add_argument("--threads", type=_count(1024), default=None, help="CPU threads for the models")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=_doctor)
     return parser
 
 
@@ -330,6 +338,8 @@ def _mcp(args: argparse.Namespace) -> None:
 
 
 def _demo(args: argparse.Namespace) -> None:
+    from . import doctor
+
     path = Path(args.db)
     if path.exists():
         raise InvalidInput(f"{path} exists; remove it or name another file")
@@ -341,8 +351,16 @@ def _demo(args: argparse.Namespace) -> None:
         for conv in conversations:
             mem.add(conv["messages"], user=conv["user"], session=conv["session"])
         say(f"stored {mem.stats()['turns']} turns in {path}; extracting with the local model…")
+        model = mem.llm()  # loads it now: a model that cannot run here fails the demo, loudly
+        before = doctor.model_calls(model)
         counts = mem.extract(progress=_progress(args, "extract"))
+        calls = None if before is None else doctor.model_calls(model) - before
         say(_counts(counts))
+        if calls:
+            say(f"the extraction model ({model.name}) was asked {calls} time(s) and answered; "
+                f"the rules took the other turns")
+        elif calls == 0:  # the sample holds turns the rules cannot take: something is off
+            say(f"warning: the extraction model ({model.name}) was never asked: the rules took every turn")
         for conv in conversations:
             for query in conv["queries"]:
                 hits = mem.search(query, user=conv["user"], k=3)
@@ -356,7 +374,15 @@ def _demo(args: argparse.Namespace) -> None:
                 say("  " + block.replace("\n", "\n  "))
     say(f"\ninspect it: sqlite3 {path} 'select id, kind, status, subject, predicate, object from atoms_v'")
     if args.json:
-        print(_json({"db": str(path), **counts, "queries": shown}))
+        print(_json({"db": str(path), **counts, "model": model.name, "model_calls": calls, "queries": shown}))
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    report = doctor.run(llm=args.llm, threads=args.threads)
+    print(_json(report) if args.json else doctor.render(report))
+    return 0 if report["ok"] else 1
 
 
 # ---------------------------------------------------------------- helpers

@@ -153,7 +153,8 @@ def _file_errors(method: Method) -> Method:
 
 
 class Memory:
-    """One open memdb file. Safe to share between threads; one model call at a time."""
+    """One open memdb file. Safe to share between threads; one model call at a time, and reads
+    never wait for it (the model runs outside the connection's lock)."""
 
     def __init__(self, conn: apsw.Connection, path: str, *, embedder: EmbedderSpec, llm: LLMSpec,
                  extract: str, threads: int | None, settings: Settings, user: str | None = None) -> None:
@@ -168,7 +169,9 @@ class Memory:
         given = llm if hasattr(llm, "complete") else None
         self._llm_spec = None if given else (os.fspath(llm) if llm else os.environ.get("MEMDB_LLM") or None)
         self._llm: Any = given
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the connection and the in-memory copies; never held over a model call
+        self._llm_lock = threading.Lock()  # making the model
+        self._model_lock = threading.Lock()  # one model call at a time per Memory
         self._warned: set[str] = set()
         self.embedder, self.embedder_error = self._load_embedder(embedder)
         self.copies = VectorCopies(
@@ -208,20 +211,33 @@ class Memory:
         return embedder, None
 
     def llm(self) -> LLM:
-        """The extraction model, loaded on first use (raises ModelError if it cannot load)."""
-        with self._lock:
+        """The extraction model, loaded on first use (raises ModelError if it cannot load).
+        Started outside the Memory's lock: reads never wait for a model to start or load."""
+        with self._llm_lock:
             if self._llm is None:
-                from .models import endpoint, llama
-
-                spec = self._llm_spec
-                if spec and spec.startswith(("http://", "https://")):  # an OpenAI-compatible server
-                    self._llm = endpoint.EndpointLLM(spec)
-                else:
-                    self._llm = llama.load_llm(spec, threads=self.threads)
-                with connection.write(self.conn):
-                    connection.set_meta(self.conn, "llm_name", self._llm.name)
-                    connection.set_meta(self.conn, "llm_sha256", self._llm.sha256)
+                made = self._make_llm()
+                name, digest = made.name, made.sha256  # a worker starts here and verifies the file
+                with self._lock, connection.write(self.conn):
+                    connection.set_meta(self.conn, "llm_name", name)
+                    connection.set_meta(self.conn, "llm_sha256", digest)
+                self._llm = made
             return self._llm
+
+    def _make_llm(self) -> LLM:
+        """The model open() named: an endpoint for a URL, else a GGUF (the bundled one by
+        default) in a worker process of its own (Settings.model_worker)."""
+        from .models import endpoint, llama, worker
+
+        spec = self._llm_spec
+        if spec and spec.startswith(("http://", "https://")):  # an OpenAI-compatible server
+            return endpoint.EndpointLLM(spec)
+        extra = self.settings.model_extra_buffers
+        local = llama.load_llm(spec, threads=self.threads, extra_bufts=extra)  # cheap: checks the file is there
+        if not self.settings.model_worker:
+            return local
+        return worker.shared(("llama", spec, local.threads, extra),
+                             functools.partial(llama.load_llm, spec, threads=local.threads, extra_bufts=extra),
+                             timeout=self.settings.model_timeout, label=local.name)
 
     def _embed(self, texts: list[str], *, query: bool = False) -> np.ndarray | None:
         if self.embedder is None or not texts:
@@ -295,7 +311,8 @@ class Memory:
             check_count(limit, "limit")
         needs = pipeline.Needs(conn=self.conn, lock=self._lock, settings=self.settings, llm=self.llm,
                                embed=self._embed_atoms, absorb=self._absorb,
-                               before_batch=lambda u: self.copies.sync(self.conn, "atoms", u))
+                               before_batch=lambda u: self.copies.sync(self.conn, "atoms", u),
+                               model_lock=self._model_lock)
         counts = pipeline.run(needs, user=user, turn_ids=turn_ids, limit=limit, progress=progress)
         self._backfill()
         return counts

@@ -34,6 +34,17 @@ class Settings:
     confidence_own: float = 0.9
     confidence_other: float = 0.75
     confidence_hedge: float = 0.3
+    # The extraction model (a GGUF, the bundled one by default) runs in a worker process of its
+    # own (models/worker.py), so a crash, an abort, an out-of-memory kill or a hang in it is a
+    # ModelError here, and the turns stay pending; model_worker=False runs it in this process
+    # (no start-up cost, but a crash in llama.cpp ends the caller). A call that takes longer
+    # than model_timeout seconds (loading included) has its worker stopped. An LLM object passed
+    # to open() runs where it is; wrap it in models.worker.WorkerLLM to isolate it too.
+    model_worker: bool = True
+    model_timeout: float = 120.0
+    # llama.cpp's extra buffer types (weight repacking; the AMX kernels, which crash on Q4_K_M
+    # weights): None decides by the CPU (off where it reports AMX), True or False forces it.
+    model_extra_buffers: bool | None = None
 
     # Dedup (lifecycle/; tuned with bench/dedup.py on bench/dedup_pairs.json, favouring
     # precision: a wrong merge loses a fact, a missed one only spends budget). A new atom
@@ -198,8 +209,12 @@ class Settings:
 
     def __post_init__(self) -> None:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
-        for name in ("keyword_copy_shared", "vector_copy_files", "layers"):
+        for name in ("keyword_copy_shared", "vector_copy_files", "layers", "model_worker"):
             _check(isinstance(getattr(self, name), bool), name, "True or False")
+        _check(self.model_extra_buffers is None or isinstance(self.model_extra_buffers, bool),
+               "model_extra_buffers", "None, True or False")
+        _check(_is_number(self.model_timeout, 0, 1e6) and self.model_timeout > 0, "model_timeout",
+               "a positive number of seconds (at most 1e6)")
         for name in ("scenario_min_members", "scenario_max_members", "scenario_state_atoms", "scenario_keywords",
                      "scenario_block_members", "persona_tokens", "persona_candidates"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")

@@ -251,7 +251,7 @@ def test_demo_json_is_one_json_document(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(memdb.Memory, "llm", lambda self: OneAtomLLM())
     code, out, _ = run(capsys, "demo", str(tmp_path / "demo.db"), "--embedder", "none", "--json")
     shown = json.loads(out)
-    assert 0 == code and 12 == shown["done"] + shown["skipped"]
+    assert 0 == code and 13 == shown["done"] + shown["skipped"]
     assert ["alice", "alice", "bob", "bob"] == [q["user"] for q in shown["queries"]]
 
 
