@@ -23,15 +23,12 @@ from .db import connection, forget as forgetting, layers, rows
 from .db.layers import Scenario
 from .db.rows import Atom, Hit
 from .errors import EmbedderUnavailable, InvalidInput, MemdbError, NotFound, SearchError
-from .extraction import pipeline
-from .extraction.records import Candidate
 from .index import copyfiles, vectors
 from .index.copies import VectorCopies
 from .index.keywords import KeywordCopies
 from .index.fts import TermCounts
 from .ingest import check_messages, embed_turns, insert_turns
 from .lifecycle import persona as personas, scenarios as placing
-from .lifecycle.absorb import absorb
 from .models.protocols import LLM, Embedder
 from .search import context as contexts, scenarios as scenario_search
 from .search.fusion import LAYERS, search as fused_search
@@ -168,6 +165,7 @@ class Memory:
         given = llm if hasattr(llm, "complete") else None
         self._llm_spec = None if given else (os.fspath(llm) if llm else os.environ.get("MEMDB_LLM") or None)
         self._llm: Any = given
+        self._llm_recorded = False
         self._lock = threading.RLock()
         self._warned: set[str] = set()
         self.embedder, self.embedder_error = self._load_embedder(embedder)
@@ -215,12 +213,14 @@ class Memory:
 
                 spec = self._llm_spec
                 if spec and spec.startswith(("http://", "https://")):  # an OpenAI-compatible server
-                    self._llm = endpoint.EndpointLLM(spec)
+                    self._llm = endpoint.EndpointLLM(spec, model=os.environ.get("MEMDB_LLM_MODEL") or None)
                 else:
                     self._llm = llama.load_llm(spec, threads=self.threads)
+            if not self._llm_recorded:  # a model given as an object is recorded too (memdb stats: llm)
                 with connection.write(self.conn):
                     connection.set_meta(self.conn, "llm_name", self._llm.name)
                     connection.set_meta(self.conn, "llm_sha256", self._llm.sha256)
+                self._llm_recorded = True
             return self._llm
 
     def _embed(self, texts: list[str], *, query: bool = False) -> np.ndarray | None:
@@ -293,6 +293,10 @@ class Memory:
             turn_ids = check_ids(turn_ids, "turn_ids")
         if limit is not None:
             check_count(limit, "limit")
+        # Imported here: a process that only searches (the CLI) never needs extraction, and
+        # its modules compile a hundred patterns at import (bench/cli_latency.py).
+        from .extraction import pipeline
+
         needs = pipeline.Needs(conn=self.conn, lock=self._lock, settings=self.settings, llm=self.llm,
                                embed=self._embed_atoms, absorb=self._absorb,
                                before_batch=lambda u: self.copies.sync(self.conn, "atoms", u))
@@ -330,7 +334,10 @@ class Memory:
                 if not any(rows.missing_vectors(self.conn, t, 1) for t in ("turns", "atoms")):
                     connection.set_meta(self.conn, "vectors_missing", "0")
 
-    def _absorb(self, candidate: Candidate, user: str, ts: str, vector: np.ndarray | None) -> str:
+    def _absorb(self, candidate: Any, user: str, ts: str, vector: np.ndarray | None) -> str:
+        """Absorb one extracted candidate (extraction.records.Candidate) into the user's atoms."""
+        from .lifecycle.absorb import absorb
+
         action, _ = absorb(self.conn, user=user, record=candidate.record, confidence=candidate.confidence,
                            turn_ids=candidate.turn_ids, ts=ts, vector=vector, settings=self.settings,
                            copies=self.copies, term_counts=self.term_counts,
@@ -552,10 +559,25 @@ class Memory:
                until: TimeLike | None = None) -> list[Atom]:
         """The event index: active events in time order, with resolved dates."""
         user = self._who(user)
-        since = parse_ts(since, "since")[:10] if since is not None else "0000"
-        until = parse_ts(until, "until") if until is not None else "9999"
         with self._lock:
+            since = self._when(since, "since", user)[:10] if since is not None else "0000"
+            until = self._when(until, "until", user) if until is not None else "9999"
             return rows.events(self.conn, user, since, until)
+
+    def _when(self, value: TimeLike, field: str, user: str) -> str:
+        """An ISO time, or a relative date ("yesterday", "last week", "上周三") resolved as
+        search resolves one: from the user's latest turn. A relative "until" covers its whole
+        day, month or year."""
+        if not isinstance(value, str) or value[:1].isdigit():
+            return parse_ts(value, field)
+        from . import timeparse
+        from .search.fusion import user_now
+
+        resolved = timeparse.resolve(value.strip(), user_now(self.conn, user)) if value.strip() else None
+        if resolved is None:
+            raise InvalidInput(f"{field} {value[:40]!r} is neither an ISO 8601 time such as 2026-10-05 nor a "
+                               "date such as yesterday, last week or 3 days ago")
+        return resolved if field == "since" else resolved + "~"  # "~" sorts after any time of that day
 
     @_file_errors
     def persona(self, user: str | None = None, *, budget: int | None = None) -> str:
@@ -619,12 +641,15 @@ class Memory:
         Pending and failed turns are left out: they have no validated answer yet."""
         user = self._who(user)
         with self._lock:
-            turns = rows.session_turns(self.conn, user)
+            turns = rows.session_turns(self.conn, user)  # in time order: a dataset reads as it was said
         shown = self.settings.extract_history
-        for i, turn in enumerate(turns):
+        said: dict[str, list[dict]] = {}  # each session's turns so far
+        for turn in turns:
+            earlier = said.setdefault(turn["session"], [])
+            before = earlier[-shown:] if shown else []
+            earlier.append(turn)
             if turn["state"] not in ("done", "skipped"):
                 continue
-            before = [t for t in turns[max(0, i - shown):i] if t["session"] == turn["session"]]
             with self._lock:
                 atoms = rows.atoms_from_turn(self.conn, turn["id"])
             yield {"type": "pair", "turn": turn,
@@ -633,21 +658,39 @@ class Memory:
                              for a in atoms]}
 
     @_file_errors
+    def session_turns(self, session: str, *, user: str | None = None) -> list[dict[str, Any]]:
+        """One session's turns of the user, in the order they were said (what a chat history
+        shows), read by session rather than through the whole export."""
+        user = self._who(user)
+        check_name(session, "session")
+        with self._lock:
+            return rows.session_turns(self.conn, user, session)
+
+    @_file_errors
+    def users(self) -> list[dict[str, Any]]:
+        """Every user the file holds, by name: turns, atoms and the time of the latest turn.
+        Names only the users; reading any of their rows still takes user=."""
+        with self._lock:
+            return rows.users(self.conn)
+
+    @_file_errors
     def stats(self, user: str | None = None) -> dict[str, Any]:
-        """Counts, sizes and token figures (for one user, or the whole file when neither user=
-        nor a bound user is given)."""
+        """What the file holds (for one user, or the whole file when neither user= nor a bound
+        user is given): counts by state, sizes, the embedder and the model the file records.
+        keyword_only and embedder_error are about this Memory: whether it searches without
+        vectors, and why."""
         user = self._who(user) if user is not None or self.user is not None else None
         with self._lock:
             counted = rows.stats(self.conn, user)
             counted["vectors_missing"] = rows.count_missing_vectors(self.conn, user)
             llm_name = connection.get_meta(self.conn, "llm_name")
+            embedder_name = connection.get_meta(self.conn, "embedder_name")
         return {
             "path": self.path, **counted,
-            "embedder": self.embedder.name if self.embedder else None,
+            "embedder": embedder_name,
+            "llm": llm_name,
             "keyword_only": self.embedder is None,
             "embedder_error": self.embedder_error,
-            "llm": llm_name,
-            "extract_mode": self.extract_mode,
         }
 
     # ------------------------------------------------------------ lifetime

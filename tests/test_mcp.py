@@ -127,7 +127,7 @@ def test_the_cli_help_lists_mcp_and_says_where_bigger_models_go(capsys):
 def test_without_the_mcp_package_the_command_says_how_to_get_it(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails as if not installed
     assert 2 == main(["mcp", str(tmp_path / "agent.db"), "--embedder", "none"])
-    assert "the MCP server needs the mcp package (2.x): pip install 'memdb[mcp]'" in capsys.readouterr().err
+    assert "the MCP server needs the mcp package (2.x): pip install 'memdb-sqlite[mcp]'" in capsys.readouterr().err
 
 
 def test_remember_extracts_at_once_with_the_model_given_by_llm(tmp_path, stub):

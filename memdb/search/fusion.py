@@ -198,7 +198,7 @@ def search(
             setattr(sides, f"{side}_vector", f"{side}_vector_hits")
     if not any(vars(sides).values()):
         return []
-    now_ = _user_now(conn, user)
+    now_ = user_now(conn, user)
     if settings.date_weight and fusion != "rrf":
         for name, ids in _dated(conn, user, query, now_, layer, pool).items():
             params[f"{name[:-1]}_day_hits"] = json.dumps([[i, 1.0] for i in ids])
@@ -257,7 +257,8 @@ def _dated(conn: apsw.Connection, user: str, query: str, now: str, layer: str, p
     return out
 
 
-def _user_now(conn: apsw.Connection, user: str) -> str:
+def user_now(conn: apsw.Connection, user: str) -> str:
+    """The time relative dates are resolved from: the user's latest turn, else now."""
     row = conn.execute('select max("ts") from "turns" where "user" = ?', (user,)).fetchone()
     return row[0] or now()
 
