@@ -30,7 +30,7 @@ from .index.fts import TermCounts
 from .ingest import check_messages, embed_turns, insert_turns
 from .lifecycle import persona as personas, scenarios as placing
 from .models.protocols import LLM, Embedder
-from .search import context as contexts, scenarios as scenario_search
+from .search import context as contexts, relevance, scenarios as scenario_search
 from .search.fusion import LAYERS, search as fused_search
 from .settings import FUSIONS, Settings
 from .vecmath import unit
@@ -439,7 +439,7 @@ class Memory:
         qvec = self._query_vector(query, user, session)
         args = dict(user=user, k=k, layer=layer, settings=self.settings, fusion=fusion, alpha=alpha,
                     include_superseded=include_superseded, copies=self.copies, term_counts=self.term_counts,
-                    keywords=self.keywords, cosine_baseline=getattr(self.embedder, "cosine_baseline", 0.0))
+                    keywords=self.keywords, cosine_baseline=self._query_baseline(qvec))
         with self._lock:
             try:
                 return fused_search(self.conn, query, query_vector=qvec, **args)
@@ -467,6 +467,18 @@ class Memory:
             raise InvalidInput(f"fusion must be one of {', '.join(FUSIONS)}, not {fusion!r}")
         if alpha is not None and not (isinstance(alpha, (int, float)) and 0 <= alpha <= 1):
             raise InvalidInput(f"alpha must be a number from 0 to 1, not {alpha!r}")
+
+    def _query_baseline(self, qvec: np.ndarray | None) -> float:
+        """The cosine of unrelated texts for this query vector (search/relevance.py), else the
+        embedder's constant."""
+        fixed = getattr(self.embedder, "cosine_baseline", 0.0)
+        if qvec is None or not self.settings.query_baseline:
+            return fixed
+        try:
+            return relevance.baseline(self.embedder, qvec)
+        except Exception as exc:  # an embedder that fails here: the constant still works
+            self._warn_once(f"memdb: per-query relevance baseline unavailable, using {fixed}: {exc}")
+            return fixed
 
     def _query_vector(self, query: str, user: str, session: str | None) -> np.ndarray | None:
         from .models import embedders
@@ -506,18 +518,28 @@ class Memory:
             raise InvalidInput('context takes layer "atoms", "turns" or "both"; for scenario blocks pass scenarios=True')
         user = self._who(user)
         hits = self.search(query, user=user, k=k, layer=layer, session=session)
+        top = max((h.score for h in hits), default=0.0)
+        hits = [h for h in hits if h.score >= self.settings.context_min_share * top]
+        header = self.settings.context_header
+        header_cost = self.count_tokens(header + "\n") if header else 0
         with self._lock:
             card = [(f"persona · {line}", None) for line in personas.render(
-                layers.card(self.conn, user), min(budget, self.settings.persona_tokens),
-                lambda line: self.count_tokens("persona · " + line))] if persona else []
-            left = budget - sum(self.count_tokens(line + "\n") for line, _ in card)
+                layers.card(self.conn, user), min(budget - header_cost, self.settings.persona_tokens),
+                lambda line: self.count_tokens("persona · " + line))] if persona and budget > header_cost else []
+            left = budget - header_cost - sum(self.count_tokens(line + "\n") for line, _ in card)
             if scenarios:
                 hits = scenario_search.blocks(self.conn, hits, self.settings)
             found = contexts.lines(hits, lambda h: contexts.related_atoms(self.conn, h),
                                    budget=left, count_tokens=self.count_tokens,
-                                   evidence=lambda h: contexts.source_turns(self.conn, h),
-                                   evidence_for=self.settings.context_evidence if layer == "both" else 0)
-        return [*card, *found]
+                                   evidence=lambda h: self._evidence(h),
+                                   evidence_for=self.settings.context_evidence if layer == "both" else 0,
+                                   replaced=lambda h: contexts.replaced_by(self.conn, h)) if left > 0 else []
+        lines = [*card, *found]
+        return [(header, None), *lines] if lines and header else lines
+
+    def _evidence(self, hit: Hit) -> list[Hit]:
+        # The assistant's pleasantries never come in as evidence either.
+        return [h for h in contexts.source_turns(self.conn, hit) if not relevance.pleasantry(h.role, h.text)]
 
     def count_tokens(self, line: str) -> int:
         """Tokens of line with the extraction model's tokenizer (an estimate if unavailable)."""

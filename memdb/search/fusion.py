@@ -27,6 +27,7 @@ from ..index.copies import VectorCopies
 from ..index.fts import TermCounts
 from ..index.keywords import KeywordCopies
 from ..settings import Settings
+from . import relevance
 from .query import intent
 
 LAYERS = ("atoms", "turns", "both")
@@ -213,7 +214,8 @@ def search(
         "hl_constraint": hl.get("constraint"), "hl_event": hl.get("event"),
     })
     found = conn.execute(fusion_sql(sides, settings, include_superseded=include_superseded), params).fetchall()
-    hits = distinct_evidence([rows.hit(row) for row in found])[:k]
+    # The assistant's pleasantries never stand for anything (search/relevance.py).
+    hits = distinct_evidence([h for h in map(rows.hit, found) if not relevance.pleasantry(h.role, h.text)])[:k]
     for hit in hits:
         if hit.layer == "atom" and hit.status == "conflicting":
             hit.conflicts = rows.conflict_partners(conn, hit.id)
