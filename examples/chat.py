@@ -43,7 +43,7 @@ def chat(mem: memdb.Memory, reply: Reply, lines: Iterable[str], *, user: str, se
         remembered = mem.context(said, user=user, budget=budget, session=session)
         if show_context:
             print(f"[memory]\n{remembered or '(nothing yet)'}", file=out)
-        system = SYSTEM + (f"\n\nWhat you remember:\n{remembered}" if remembered else "")
+        system = SYSTEM + (f"\n\n{remembered}" if remembered else "")  # the block starts with its own header
         answer = reply([{"role": "system", "content": system}, *recent[-history:],
                         {"role": "user", "content": said}]).strip() or "…"
         print(f"assistant> {answer}", file=out, flush=True)

@@ -142,3 +142,19 @@ def test_remember_extracts_at_once_with_the_model_given_by_llm(tmp_path, stub):
     assert {"turn_ids": [1]} == payload(remembered)
     assert ["Anna likes green tea"] == [a["text"] for a in payload(profile)]
     assert 1 == len(stub.chats())
+
+
+def test_remember_names_the_speaker_from_the_served_user_or_the_name_given(tmp_path):
+    db = str(tmp_path / "agent.db")
+    serve_and_call(db, [
+        ("remember", {"messages": [{"role": "user", "content": "I moved to Porto."},
+                                   {"role": "assistant", "content": "Porto, lovely."}]}),
+        ("remember", {"messages": [{"role": "user", "content": "I teach piano."}], "name": "Dana",
+                      "ts": "2026-04-01T10:00:00"}),
+    ], "--user", "dana")
+    with memdb.open(db, embedder=None, extract="defer") as mem:
+        turns = [(t["role"], t["speaker"], t["content"]) for t in mem.export("dana") if t["type"] == "turn"]
+        taught = [t for t in mem.export("dana") if t["type"] == "turn" and t["content"] == "I teach piano."]
+    assert [("user", "dana", "I moved to Porto."), ("assistant", None, "Porto, lovely."),
+            ("user", "Dana", "I teach piano.")] == turns
+    assert "2026-04-01T10:00:00" == taught[0]["ts"]
