@@ -469,13 +469,14 @@ class Memory:
             raise InvalidInput(f"alpha must be a number from 0 to 1, not {alpha!r}")
 
     def _query_baseline(self, qvec: np.ndarray | None) -> float:
-        """The cosine of unrelated texts for this query vector (search/relevance.py), else the
-        embedder's constant."""
+        """The cosine of unrelated texts for this query vector (search/relevance.py), never
+        below the embedder's constant: a query close to everything (nonsense) is measured from
+        higher up, a plain question from the constant (bench/context_floor.py)."""
         fixed = getattr(self.embedder, "cosine_baseline", 0.0)
         if qvec is None or not self.settings.query_baseline:
             return fixed
         try:
-            return relevance.baseline(self.embedder, qvec)
+            return max(fixed, relevance.baseline(self.embedder, qvec))
         except Exception as exc:  # an embedder that fails here: the constant still works
             self._warn_once(f"memdb: per-query relevance baseline unavailable, using {fixed}: {exc}")
             return fixed
