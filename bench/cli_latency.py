@@ -38,7 +38,9 @@ def run(argv: list[str], tree: Path, cache: Path, stdin: bytes | None = None) ->
     """(seconds, peak RSS in MB, exit status) of one process running argv with tree's memdb."""
     env = {**os.environ, "PYTHONPATH": str(tree), "MEMDB_CACHE": str(cache)}
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, *argv], env=env, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+    # cwd: `python -m` and `-c` put the current folder first on sys.path, before PYTHONPATH
+    proc = subprocess.Popen([sys.executable, *argv], env=env, cwd=tree,
+                            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if stdin:
         proc.stdin.write(stdin)

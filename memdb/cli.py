@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(required=True, metavar="command")
 
     def command(name: str, run: Callable, help: str, *, user: bool = True, embedder: bool = False,
-                llm: bool = False, new_db: str | None = None) -> argparse.ArgumentParser:
+                llm: bool = False, new_db: str | None = None, json_out: bool = True) -> argparse.ArgumentParser:
         """A subcommand; only the options that change what it does (the embedder for
         commands that embed, the model for those that extract or count its tokens)."""
         p = sub.add_parser(name, help=help, description=help)
@@ -88,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("db", help="the memdb file")
         if user:
             p.add_argument("--user", "-u", required=True, help="whose memory")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
+        if json_out:  # not mcp: it speaks JSON-RPC on stdout whatever --json says
+            p.add_argument("--json", action="store_true", help="machine-readable output")
         if embedder:
             p.add_argument("--embedder", default="auto",
                            help="'auto' (the file's own, else the default), 'default', 'minilm', a .gguf path, or 'none'")
@@ -165,7 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_count(1024), default=None, help="CPU threads for the embedder")
 
     p = command("mcp", _mcp, "serve the memory to an MCP client (Claude Desktop, Cursor, ...) over stdio; "
-                "needs pip install 'memdb-sqlite[mcp]'", user=False, embedder=True, llm=True)
+                "needs pip install 'memdb-sqlite[mcp]'", user=False, embedder=True, llm=True, json_out=False)
     p.add_argument("--user", "-u", default=None, help="serve this user only (else every tool call names its user)")
     p.add_argument("--defer", action="store_true", help="remember stores only; run `memdb extract` later")
 

@@ -64,9 +64,12 @@ def baseline(embedder: Any, query_vector: np.ndarray) -> float:
 
 
 def centroid(embedder: Any) -> np.ndarray:
-    """The mean of GENERIC's vectors for this embedder: in the process, and for a named embedder
-    in memdb's cache (embedding them cost a tenth of a second of every CLI call)."""
-    key = (id(embedder), str(getattr(embedder, "name", "")), int(embedder.dim))
+    """The mean of GENERIC's vectors for this embedder: in the process, and for memdb's own
+    embedders (whose name says which weights) in memdb's cache too (embedding them cost a tenth
+    of a second of every CLI call). An embedder object of the caller's is never cached on disk:
+    its name need not change with its model."""
+    own = type(embedder).__module__.startswith("memdb.models.")
+    key = (id(embedder), str(getattr(embedder, "name", "")) if own else "", int(embedder.dim))
     with _LOCK:
         if key in _CENTROIDS:
             return _CENTROIDS[key]
