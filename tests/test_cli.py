@@ -211,10 +211,16 @@ def test_options_that_would_do_nothing_are_refused(filled, capsys, argv):
     assert 2 == exited.value.code and "unrecognized arguments" in capsys.readouterr().err
 
 
-def test_context_k_limits_the_hits_considered(filled, capsys):
-    args = ["context", filled, "-u", "alice", "PostgreSQL", "--embedder", "none"]
-    assert 2 == len(run(capsys, *args)[1].splitlines())
-    assert 1 == len(run(capsys, *args, "-k", "1")[1].splitlines())
+def test_context_k_limits_the_hits_considered(tmp_path, capsys):
+    import memdb
+
+    db = str(tmp_path / "k.db")
+    with memdb.open(db, embedder=None, extract="defer") as mem:
+        mem.add([{"role": "user", "content": "Our database is PostgreSQL."},
+                 {"role": "user", "content": "PostgreSQL backups run nightly."}], user="alice")
+    args = ["context", db, "-u", "alice", "PostgreSQL", "--embedder", "none"]
+    assert 1 + 2 == len(run(capsys, *args)[1].splitlines())  # the header, then the lines
+    assert 1 + 1 == len(run(capsys, *args, "-k", "1")[1].splitlines())
 
 
 def test_reembed_to_none_is_refused_and_leaves_the_file_alone(filled, capsys):
@@ -394,3 +400,9 @@ def test_events_since_takes_a_relative_date(tmp_path, capsys, monkeypatch):
     assert "2026-05-09" == seen["since"]  # from alice's latest turn, as a query's "yesterday"
     code, _, err = run(capsys, "events", db, "-u", "alice", "--since", "whenever")
     assert 2 == code and "'whenever' is neither an ISO 8601 time" in err
+
+
+def test_mcp_takes_no_json_flag_it_could_not_honour(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["mcp", str(tmp_path / "a.db"), "--json"])
+    assert 2 == exited.value.code and "unrecognized arguments: --json" in capsys.readouterr().err
