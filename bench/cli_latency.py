@@ -2,8 +2,8 @@
 
 Every figure is a new process (`python -m memdb.cli …`), timed from start to exit, its peak RSS
 read from the kernel (os.wait4). On a small file (the bundled sample, stored with --defer so no
-extraction model is loaded): `stats`, `users`, `search` (the default e5 embedder) and `search
---embedder none`, beside `python -c pass` and `import memdb` as the floors, with memdb's cache
+extraction model is loaded): `stats`, `users`, `search` (the default e5 embedder), `search
+--embedder none` and `context`, beside `python -c pass` and `import memdb` as the floors, with memdb's cache
 warm; then `search` with an empty cache (the first run after install: the embedder's graph and
 vocabulary are built and cached). With --tree DIR the same commands of another checkout (the
 code before) run in the same loop, taking turns, so the ratios hold on a noisy machine.
@@ -75,6 +75,8 @@ def commands(db: Path) -> dict[str, list[str]]:
         "memdb search": ["-m", "memdb.cli", "search", str(db), "-u", "alice", QUERY],
         "memdb search --embedder none": ["-m", "memdb.cli", "search", str(db), "-u", "alice", QUERY,
                                          "--embedder", "none"],
+        # context counts tokens with the extraction model's tokenizer (its vocabulary loaded by llama.cpp)
+        "memdb context": ["-m", "memdb.cli", "context", str(db), "-u", "alice", QUERY],
     }
 
 

