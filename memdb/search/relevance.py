@@ -21,6 +21,7 @@ search and context; its row stays in the file.
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import re
 import threading
@@ -79,11 +80,10 @@ def centroid(embedder: Any) -> np.ndarray:
     if found is None:
         found = np.asarray(embedder.embed(list(GENERIC)), np.float32).mean(axis=0)
         if key[1]:
+            out = io.BytesIO()
+            np.save(out, found)
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(path.with_suffix(".tmp"), "wb") as f:
-                    np.save(f, found)
-                path.with_suffix(".tmp").replace(path)
+                assets.write_atomically(path, out.getvalue())
             except OSError as e:  # a read-only cache: embed them again next time
                 log.info("memdb: cannot cache %s: %s", path, e)
     with _LOCK:
