@@ -591,8 +591,12 @@ class Memory:
         """An ISO time, or a relative date ("yesterday", "last week", "上周三") resolved as
         search resolves one: from the user's latest turn. A relative "until" covers its whole
         day, month or year."""
-        if not isinstance(value, str) or value[:1].isdigit():
+        if not isinstance(value, str):
             return parse_ts(value, field)
+        try:
+            return parse_ts(value, field)
+        except InvalidInput:
+            pass
         from . import timeparse
         from .search.fusion import user_now
 

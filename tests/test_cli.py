@@ -383,21 +383,27 @@ def test_export_pairs_come_in_time_order_across_sessions(tmp_path, capsys):
     assert [[], [], ["We ship the beta on Friday."]] == [[c["content"] for c in p["context"]] for p in pairs]
 
 
-def test_events_since_takes_a_relative_date(tmp_path, capsys, monkeypatch):
+def test_events_since_takes_a_relative_date(tmp_path, capsys):
     import memdb
+    from memdb.db import connection
+    from memdb.lifecycle import absorb
 
     db = str(tmp_path / "e.db")
     with memdb.open(db, embedder=None, extract="defer") as mem:
+        for day, place in (("2026-05-06", "the harbour museum"), ("2026-05-09", "the tram depot")):
+            (turn,) = mem.add([{"role": "user", "name": "Alice", "content": f"I visited {place}.",
+                                "ts": f"{day}T18:00:00"}], user="alice")
+            record = {"kind": "event", "subject": "Alice", "predicate": "visited", "object": place, "date": day}
+            with connection.write(mem.conn):
+                absorb.absorb(mem.conn, user="alice", record=record, confidence=0.9, turn_ids=[turn],
+                              ts=f"{day}T18:00:00", vector=None, settings=mem.settings, copies=mem.copies,
+                              term_counts=mem.term_counts)
         mem.add([{"role": "user", "content": "note", "ts": "2026-05-10T12:00:00"}], user="alice")
-    seen = {}
-
-    def events(self, user=None, *, since=None, until=None):
-        seen["since"] = self._when(since, "since", user)
-        return []
-
-    monkeypatch.setattr(memdb.Memory, "events", events)
-    assert 0 == run(capsys, "events", db, "-u", "alice", "--since", "yesterday")[0]
-    assert "2026-05-09" == seen["since"]  # from alice's latest turn, as a query's "yesterday"
+    # "yesterday" from alice's latest turn (2026-05-10), as a query's "yesterday" is
+    code, out, _ = run(capsys, "events", db, "-u", "alice", "--since", "yesterday")
+    assert (0, ["2026-05-09"]) == (code, [line[:10] for line in out.splitlines()])
+    code, out, _ = run(capsys, "events", db, "-u", "alice", "--until", "4 days ago")
+    assert (0, ["2026-05-06"]) == (code, [line[:10] for line in out.splitlines()])
     code, _, err = run(capsys, "events", db, "-u", "alice", "--since", "whenever")
     assert 2 == code and "'whenever' is neither an ISO 8601 time" in err
 
