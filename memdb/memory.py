@@ -580,7 +580,9 @@ class Memory:
     @_file_errors
     def events(self, user: str | None = None, *, since: TimeLike | None = None,
                until: TimeLike | None = None) -> list[Atom]:
-        """The event index: active events in time order, with resolved dates."""
+        """The event index: active events in time order, with resolved dates. since and until:
+        ISO 8601, a date, or a relative date ("yesterday", "3 days ago", "上周三") resolved from
+        the user's latest turn, as a query's are."""
         user = self._who(user)
         with self._lock:
             since = self._when(since, "since", user)[:10] if since is not None else "0000"
