@@ -73,8 +73,9 @@ ROW_ID = _count(MAX_ID)
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memdb", description="Long-term memory for AI agents in one SQLite file.")
     parser.add_argument("--version", action="version", version=f"memdb {memdb.__version__}")
-    parser.epilog = ("Bigger models: add, extract, context, demo and mcp take --llm with an instruct .gguf or the "
-                     "URL of an OpenAI-compatible server (llama-server, Ollama, LM Studio); $MEMDB_LLM does the same.")
+    parser.epilog = ("Bigger models: add, extract, context, persona, demo and mcp take --llm with an instruct .gguf "
+                     "or the URL of an OpenAI-compatible server (llama-server, Ollama, LM Studio), and --llm-model "
+                     "to name the server's model; $MEMDB_LLM and $MEMDB_LLM_MODEL do the same.")
     sub = parser.add_subparsers(required=True, metavar="command")
 
     def command(name: str, run: Callable, help: str, *, user: bool = True, embedder: bool = False,

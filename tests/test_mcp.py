@@ -120,7 +120,7 @@ def test_the_cli_help_lists_mcp_and_says_where_bigger_models_go(capsys):
             main(argv)
     shown = capsys.readouterr().out
     assert "serve the memory to an MCP client" in shown
-    assert "Bigger models: add, extract, context, demo and mcp take --llm" in shown
+    assert "Bigger models: add, extract, context, persona, demo and mcp take --llm" in shown
     assert "--llm LLM" in shown.split("usage: memdb mcp")[1]
 
 
