@@ -56,7 +56,7 @@ def build(mem: Memory, *, user: str | None = None) -> Any:
                  session: str = "mcp", user: str | None = None) -> dict[str, Any]:
         """Store messages of the conversation, e.g. [{"role": "user", "content": "I moved to Lisbon"}],
         and extract what is worth remembering from them. name: the user's name as they call
-        themselves (default: the user this memory is for), so memories read "Dana moved to
+        themselves (default: the user this memory is for), so memories read "Ines moved to
         Lisbon" rather than "user moved"; ts: when it was said (ISO 8601, default now).
         Returns the stored turn ids."""
         who = whose(user)
@@ -115,7 +115,7 @@ def _forget(mem: Memory, user: str, *, atom_id: int | None, turn_id: int | None,
 
 def _named(messages: Any, name: str) -> Any:
     """The user's messages with the speaker's name where the agent sent none: an agent seldom
-    sends one, and atoms then said "user ..." beside "Dana ..." for the same person."""
+    sends one, and atoms then said "user ..." beside "Ines ..." for the same person."""
     if not isinstance(messages, list):
         return messages  # add() says what is wrong with it
     return [{**m, "name": name} if isinstance(m, dict) and m.get("role", "user") == "user" and not m.get("name")

@@ -69,7 +69,7 @@ def test_the_floor_is_measured_from_the_querys_own_baseline(priya):
 
 @pytest.mark.parametrize("role, content, expected", [
     ("assistant", "Noted! Anything else?", True),
-    ("assistant", "Nice to meet you, Dana!", True),
+    ("assistant", "Nice to meet you, Ines!", True),
     ("assistant", "加油！", True),
     ("assistant", "好的，我会手写 SQL，不用 ORM。", False),
     ("assistant", "Your dentist appointment is on Tuesday at 3pm.", False),

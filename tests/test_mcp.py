@@ -149,12 +149,12 @@ def test_remember_names_the_speaker_from_the_served_user_or_the_name_given(tmp_p
     serve_and_call(db, [
         ("remember", {"messages": [{"role": "user", "content": "I moved to Porto."},
                                    {"role": "assistant", "content": "Porto, lovely."}]}),
-        ("remember", {"messages": [{"role": "user", "content": "I teach piano."}], "name": "Dana",
+        ("remember", {"messages": [{"role": "user", "content": "I teach piano."}], "name": "Ines",
                       "ts": "2026-04-01T10:00:00"}),
-    ], "--user", "dana")
+    ], "--user", "ines")
     with memdb.open(db, embedder=None, extract="defer") as mem:
-        turns = [(t["role"], t["speaker"], t["content"]) for t in mem.export("dana") if t["type"] == "turn"]
-        taught = [t for t in mem.export("dana") if t["type"] == "turn" and t["content"] == "I teach piano."]
-    assert [("user", "dana", "I moved to Porto."), ("assistant", None, "Porto, lovely."),
-            ("user", "Dana", "I teach piano.")] == turns
+        turns = [(t["role"], t["speaker"], t["content"]) for t in mem.export("ines") if t["type"] == "turn"]
+        taught = [t for t in mem.export("ines") if t["type"] == "turn" and t["content"] == "I teach piano."]
+    assert [("user", "ines", "I moved to Porto."), ("assistant", None, "Porto, lovely."),
+            ("user", "Ines", "I teach piano.")] == turns
     assert "2026-04-01T10:00:00" == taught[0]["ts"]

@@ -109,4 +109,4 @@ def pleasantry(role: str | None, content: str) -> bool:
     from ..extraction.prefilter import PHATIC_WORDS  # the user's small talk: the assistant's too
 
     left = [t for t in text.terms(content) if t not in PLEASANTRY_WORDS and t not in PHATIC_WORDS]
-    return len(left) < PLEASANTRY_TERMS  # a name or one word left: "Nice to meet you, Dana!"
+    return len(left) < PLEASANTRY_TERMS  # a name or one word left: "Nice to meet you, Ines!"
