@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import date
+from datetime import date, datetime
 from typing import Any, Literal, TypeVar, cast
 
 import apsw
@@ -593,12 +593,8 @@ class Memory:
         """An ISO time, or a relative date ("yesterday", "last week", "上周三") resolved as
         search resolves one: from the user's latest turn. A relative "until" covers its whole
         day, month or year."""
-        if not isinstance(value, str):
-            return parse_ts(value, field)
-        try:
-            return parse_ts(value, field)
-        except InvalidInput:
-            pass
+        if not isinstance(value, str) or _iso(value):
+            return parse_ts(value, field)  # its own errors: out of range, and the like
         from . import timeparse
         from .search.fusion import user_now
 
@@ -743,6 +739,15 @@ class Memory:
 
     def __repr__(self) -> str:
         return f"<memdb.Memory {self.path!r}" + (f" user={self.user!r}>" if self.user is not None else ">")
+
+
+def _iso(value: str) -> bool:
+    """Whether value reads as ISO 8601 at all (a relative date does not)."""
+    try:
+        datetime.fromisoformat(value.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def _blas_threads(threads: int | None) -> Any:
