@@ -1,5 +1,5 @@
 """The MCP server: one open memdb file served to an MCP client (Claude Desktop, Cursor, …) over
-stdio, with the official `mcp` SDK (`pip install 'memdb[mcp]'`), imported only here.
+stdio, with the official `mcp` SDK (`pip install 'memdb-sqlite[mcp]'`), imported only here.
 
 Tools only, no resources or prompts: an agent reaches memory by calling it, and every read
 (recall, context, profile, persona, events) takes arguments that a fixed resource URI could not carry.
@@ -28,7 +28,7 @@ def build(mem: Memory, *, user: str | None = None) -> Any:
         from mcp.server.mcpserver import MCPServer
         from mcp.server.mcpserver.exceptions import ToolError
     except ImportError as exc:
-        raise MemdbError(f"the MCP server needs the mcp package (2.x): pip install 'memdb[mcp]' ({exc})") from None
+        raise MemdbError(f"the MCP server needs the mcp package (2.x): pip install 'memdb-sqlite[mcp]' ({exc})") from None
 
     server = MCPServer("memdb", instructions=INSTRUCTIONS, version=__version__)
 
@@ -52,10 +52,15 @@ def build(mem: Memory, *, user: str | None = None) -> Any:
         return fn
 
     @tool
-    def remember(messages: list[dict[str, Any]], session: str = "mcp", user: str | None = None) -> dict[str, Any]:
+    def remember(messages: list[dict[str, Any]], name: str | None = None, ts: str | None = None,
+                 session: str = "mcp", user: str | None = None) -> dict[str, Any]:
         """Store messages of the conversation, e.g. [{"role": "user", "content": "I moved to Lisbon"}],
-        and extract what is worth remembering from them. Returns the stored turn ids."""
-        return {"turn_ids": mem.add(messages, user=whose(user), session=session)}
+        and extract what is worth remembering from them. name: the user's name as they call
+        themselves (default: the user this memory is for), so memories read "Ines moved to
+        Lisbon" rather than "user moved"; ts: when it was said (ISO 8601, default now).
+        Returns the stored turn ids."""
+        who = whose(user)
+        return {"turn_ids": mem.add(_named(messages, name or who), user=who, session=session, ts=ts)}
 
     @tool
     def recall(query: str, k: int = 5, user: str | None = None) -> list[dict[str, Any]]:
@@ -106,6 +111,15 @@ def _forget(mem: Memory, user: str, *, atom_id: int | None, turn_id: int | None,
         return mem.forget(user=user)
     # Scoped to the user: another user's id is NotFound, never deleted.
     return mem.forget(user=user, atom_id=atom_id, turn_id=turn_id)
+
+
+def _named(messages: Any, name: str) -> Any:
+    """The user's messages with the speaker's name where the agent sent none: an agent seldom
+    sends one, and atoms then said "user ..." beside "Ines ..." for the same person."""
+    if not isinstance(messages, list):
+        return messages  # add() says what is wrong with it
+    return [{**m, "name": name} if isinstance(m, dict) and m.get("role", "user") == "user" and not m.get("name")
+            else m for m in messages]
 
 
 def _hit(hit: Any) -> dict[str, Any]:

@@ -111,7 +111,14 @@ class Settings:
     # left out of the keyword side once the user has common_term_rows rows. LoCoMo dev recall
     # holds up to a floor of 0.3 (bench/results/relevance_floor.json); 0.2 because the sample's
     # "space opera" finds "sci-fi movies" at 0.25 with MiniLM.
-    min_similarity: float = 0.2
+    # The baseline is the query's own (query_baseline, search/relevance.py): its mean cosine to
+    # everyday statements about nothing, which put nonsense ("zzzz qqq", baseline 0.80 with e5)
+    # below the floor and a loose real match ("what orchestration tool do we use?" and a turn
+    # about moving from Airflow to Dagster: 0.12 over its baseline 0.75) above 0.1; with the
+    # embedder's constant baseline (query_baseline=False) the floor was 0.2 and both went the
+    # wrong way (bench/context_floor.py).
+    min_similarity: float = 0.1
+    query_baseline: bool = True
     common_term_share: float = 0.5
     common_term_rows: int = 3
     # An atom's score is scaled by confidence_floor + (1 - confidence_floor) x its confidence.
@@ -130,6 +137,15 @@ class Settings:
     # context(): the first this many atoms bring the turn they came from when it says more
     # (a note is a summary; the blind QA check, bench/qa_*.py, found readers missing the rest).
     context_evidence: int = 4
+    # context(): hits scoring under this share of the best hit's score are left out, so a block
+    # with a clear answer is not padded to its budget with lines that only passed the floor
+    # ("where does she live?": the answer at 1.0, then a dozen lines at 0.1-0.3). A query with
+    # no clear answer still gets what passed the floor (bench/context_floor.py).
+    context_min_share: float = 0.25
+    # context(): the line put above a block that holds anything (counted in its budget; "" for
+    # none): without it every user wrote their own, and a reader could not tell that the dates
+    # decide between two lines that disagree.
+    context_header: str = "Memory of the user (dated; where lines disagree, the later date holds):"
     # Large users (index/copies.py): in a file with one user, bm25 scores at most this many
     # postings of the rarest query terms (0: all terms; bench/results/scale_postings.json has
     # the cost and recall of each budget at 100k atoms); term counts are kept until the table
@@ -238,9 +254,13 @@ class Settings:
                      "merge_similarity_multilingual", "merge_similarity_crosslingual",
                      "conflict_similarity_crosslingual", "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",
                      "merge_min_overlap", "merge_gain", "comparable_confidence", "cancel_overlap", "freshness_floor",
-                     "confidence_floor", "session_weight", "common_term_share", "extract_rules_cover"):
+                     "confidence_floor", "session_weight", "common_term_share", "extract_rules_cover",
+                     "context_min_share"):
             _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
         _check(_is_number(self.min_similarity, -1, 1), "min_similarity", "a cosine from -1 to 1")
+        _check(isinstance(self.context_header, str) and "\n" not in self.context_header, "context_header",
+               "one line of text (or '' for none)")
+        _check(isinstance(self.query_baseline, bool), "query_baseline", "True or False")
         for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb", "keyword_copy_mb",
                      "date_weight"):
             _check(_is_number(getattr(self, name), 0, float("inf")), name, "a non-negative number")

@@ -120,14 +120,14 @@ def test_the_cli_help_lists_mcp_and_says_where_bigger_models_go(capsys):
             main(argv)
     shown = capsys.readouterr().out
     assert "serve the memory to an MCP client" in shown
-    assert "Bigger models: add, extract, context, demo and mcp take --llm" in shown
+    assert "Bigger models: add, extract, context, persona, demo and mcp take --llm" in shown
     assert "--llm LLM" in shown.split("usage: memdb mcp")[1]
 
 
 def test_without_the_mcp_package_the_command_says_how_to_get_it(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails as if not installed
     assert 2 == main(["mcp", str(tmp_path / "agent.db"), "--embedder", "none"])
-    assert "the MCP server needs the mcp package (2.x): pip install 'memdb[mcp]'" in capsys.readouterr().err
+    assert "the MCP server needs the mcp package (2.x): pip install 'memdb-sqlite[mcp]'" in capsys.readouterr().err
 
 
 def test_remember_extracts_at_once_with_the_model_given_by_llm(tmp_path, stub):
@@ -142,3 +142,19 @@ def test_remember_extracts_at_once_with_the_model_given_by_llm(tmp_path, stub):
     assert {"turn_ids": [1]} == payload(remembered)
     assert ["Anna likes green tea"] == [a["text"] for a in payload(profile)]
     assert 1 == len(stub.chats())
+
+
+def test_remember_names_the_speaker_from_the_served_user_or_the_name_given(tmp_path):
+    db = str(tmp_path / "agent.db")
+    serve_and_call(db, [
+        ("remember", {"messages": [{"role": "user", "content": "I moved to Porto."},
+                                   {"role": "assistant", "content": "Porto, lovely."}]}),
+        ("remember", {"messages": [{"role": "user", "content": "I teach piano."}], "name": "Ines",
+                      "ts": "2026-04-01T10:00:00"}),
+    ], "--user", "ines")
+    with memdb.open(db, embedder=None, extract="defer") as mem:
+        turns = [(t["role"], t["speaker"], t["content"]) for t in mem.export("ines") if t["type"] == "turn"]
+        taught = [t for t in mem.export("ines") if t["type"] == "turn" and t["content"] == "I teach piano."]
+    assert [("user", "ines", "I moved to Porto."), ("assistant", None, "Porto, lovely."),
+            ("user", "Ines", "I teach piano.")] == turns
+    assert "2026-04-01T10:00:00" == taught[0]["ts"]
