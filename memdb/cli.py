@@ -236,7 +236,7 @@ def _ready(mem: memdb.Memory) -> None:
     """Load the extraction model now (weights and all), so one that cannot load fails before
     anything is stored rather than after (the turns stayed, and the fixed command stored them twice)."""
     llm = mem.llm()
-    load = getattr(llm, "model", None)
+    load = getattr(llm, "load", None) or getattr(llm, "model", None)
     if callable(load):
         load()
 

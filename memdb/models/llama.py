@@ -216,6 +216,10 @@ class LlamaLLM:
                 self._sha256 = assets.file_sha256(self.path)
         return self.path, self._sha256
 
+    def load(self) -> None:
+        """Load the weights now (raises ModelError): a model that cannot run fails early."""
+        self.model()
+
     def model(self) -> Any:
         """The loaded llama_cpp.Llama (loads it on the first call; raises ModelError)."""
         with _LOAD_LOCK:

@@ -109,6 +109,15 @@ class WorkerLLM:
         self.calls += 1
         return reply
 
+    def load(self) -> None:
+        """Have the worker load its model's weights now, where the model can (LlamaLLM.load):
+        a model that cannot run fails here, before anything is stored. A model with nothing
+        to load (an endpoint, a fake) is started and asked who it is."""
+        try:
+            self._request(("call", "load", (), {}))
+        except AttributeError:
+            self._who()
+
     @property
     def stats(self) -> dict[str, Any]:
         """The model's own counters, if it keeps any (LlamaLLM, EndpointLLM), from the live worker."""
