@@ -144,7 +144,8 @@ def test_shadow_and_lookup_tables_are_hidden(made):
     assert {"atoms_v", "turns_v", "atom_sources_v", "atom_records_v", "atom_fields_v", "scenarios_v",
             "scenario_atoms_v", "persona_v"} == {v["name"] for v in listing["views"]}
     page = get(browse.datasette(path), "/mem").text
-    assert "Start with Atoms (what memory holds)" in page and "One atom&#39;s history" in page
+    assert 'Start with <a href="/mem/atoms_v">Atoms</a> (what memory holds)' in page
+    assert "One atom&#39;s history" in page
     assert "atoms_fts_data" not in page and "statuses" not in page
     assert "Atoms: what memory holds" in get(browse.datasette(path), "/mem/atoms_v").text
 

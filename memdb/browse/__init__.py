@@ -44,11 +44,13 @@ def datasette(path: str | Path, *, user: str | None = None) -> Any:
     if user is not None and not user:
         raise InvalidInput("--user is empty; name a user or leave it out")
     Datasette = _import_datasette()
+    from datasette.utils import tilde_encode
+
     database = path.stem
     return Datasette(
         files=[str(path)] if live else [],
         immutables=[] if live else [str(path)],
-        metadata=config.metadata(database, path.name, tables, user),
+        metadata=config.metadata(database, "/" + tilde_encode(database), path.name, tables, user),
         sqlite_extensions=[sqlite_vec.loadable_path()],  # the vec0 tables (Datasette lists every table)
         settings={"sql_time_limit_ms": 5000, "facet_time_limit_ms": 1000, "allow_download": user is None},
     )
@@ -61,10 +63,12 @@ def serve(path: str | Path, *, user: str | None = None, port: int = DEFAULT_PORT
     import uvicorn
 
     instance = datasette(path, user=user)
+    from datasette.utils import tilde_encode
+
     _check_port(port)
     asyncio.run(instance.invoke_startup())
-    name = Path(path).stem
-    print(f"memdb browse: http://127.0.0.1:{port}/{name} (read-only; Ctrl-C stops)", flush=True)
+    print(f"memdb browse: http://127.0.0.1:{port}/{tilde_encode(Path(path).stem)} (read-only; Ctrl-C stops)",
+          flush=True)
     uvicorn.run(instance.app(), host="127.0.0.1", port=port, log_level="warning")
 
 

@@ -8,6 +8,7 @@ enums by name) and `memdb_user()` are SQL functions the plugin registers on ever
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from .. import codec
@@ -173,27 +174,31 @@ def queries(user: str | None) -> dict[str, dict[str, Any]]:
     scope_a = 'a."user" = memdb_user()' if user is not None else "1"
     scope_t = 't."user" = memdb_user()' if user is not None else "1"
     who = "memdb_user()" if user is not None else ":user"
-    return {name: {"title": title, "description": description,
+    return {name: {"title": title, "description": description, "hide_sql": True,
                    "sql": sql.format(user=who, scope_a=scope_a, scope_t=scope_t, held=HELD, event=EVENT)}
             for name, (title, description, sql) in QUERIES.items()}
 
 
-def metadata(database: str, path: str, tables: list[str], user: str | None) -> dict[str, Any]:
-    """Datasette's metadata for one memdb file whose tables (and views) are `tables`."""
+def metadata(database: str, url: str, path: str, tables: list[str], user: str | None) -> dict[str, Any]:
+    """Datasette's metadata for one memdb file whose tables (and views) are `tables`; url is the
+    database's page ("/" + its name as Datasette encodes it in URLs)."""
     shown = {name: {"title": title, "description": description, **extra}
              for name, (title, description, extra) in TABLES.items() if name in tables}
     hidden = {name: {"hidden": True} for name in tables
-              if name in LOOKUP_TABLES or name.startswith("sqlite_") or any(name == t or name.startswith(t + "_") for t in INDEX_TABLES)}
-    scope = f" Showing user {user!r} only." if user is not None else ""
+              if name in LOOKUP_TABLES or name.startswith("sqlite_")
+              or any(name == t or name.startswith(t + "_") for t in INDEX_TABLES)}
+    scope = f" Showing user {html.escape(user)!r} only." if user is not None else ""
     return {
         "title": f"memdb: {path}",
         "description": "Long-term memory in one SQLite file, opened read-only." + scope,
         "plugins": {PLUGIN: {"database": database, "user": user}},
         "databases": {database: {
             "title": f"memdb: {path}",
-            "description": "Start with Atoms (what memory holds) or Turns (what was said); the queries "
-                           "below follow one atom's history and sources, a user's card, the week's "
-                           "changes and events." + scope,
+            "description_html": (
+                f'Start with <a href="{url}/atoms_v">Atoms</a> (what memory holds) or '
+                f'<a href="{url}/turns_v">Turns</a> (what was said); <a href="{url}/atom_sources_v">Atom '
+                "sources</a> says why each atom is held. The queries below follow one atom's history and "
+                "sources, a user's card, the week's changes and events." + scope),
             "tables": {**shown, **hidden},
             "queries": queries(user),
         }},
