@@ -60,6 +60,9 @@ def build(path: Path) -> dict[str, int]:
             {"role": "user", "name": "小王", "content": "我下周六去杭州看西湖。", "ts": "2026-03-06T10:00:00"},
             {"role": "user", "name": "小王", "content": "我很喜欢巧克力蛋糕。", "ts": "2026-03-06T10:01:00"},
         ], user="wang", session="s2")
+        # A forgotten turn: FTS5 secure-delete rewrites the index in a format SQLite < 3.42 refuses,
+        # so the search tests also show that browse reads it wherever Python's SQLite is older.
+        mem.forget(user="alice", turn_id=mem.add([{"role": "user", "content": "Forget this."}], user="alice")[0])
         (hates,) = mem.profile("alice")
         likes, _ = (a.id for a in mem.history(hates.id, user="alice"))
         (trip,) = mem.events("wang")
@@ -123,6 +126,7 @@ def test_the_search_box_finds_chinese_and_english_words(made):
                            ("stomach", [ids["hates"]]),  # a word of the atom's source turn
                            ("tea", []), ("巧克力 coffee", [])]:
         assert expected == [r["id"] for r in rows(ds, f"/mem/atoms_v?_search={word}")], word
+    assert [{"k": "version", "v": 5}] == rows(ds, "/mem?sql=select+k,+v+from+turns_fts_config+where+k='version'")
     assert [ids["trip_turn"]] == [r["id"] for r in rows(ds, "/mem/turns_v?_search=下周六")]
     assert [ids["hate_turn"]] == [r["id"] for r in rows(ds, "/mem/turns?_search=hurts")]
     # FTS5 syntax typed into the box is taken as words, never as an error
