@@ -180,6 +180,20 @@ def test_records_are_decoded_enums_named_and_chinese_shown_as_written(made):
     assert '<a href="/mem/roles/0">user</a>' in get(ds, "/mem/turns").text
 
 
+def test_views_and_queries_link_an_atom_to_its_history_and_a_turn_to_its_row(made):
+    path, ids = made
+    ds = browse.datasette(path)
+    history = f'<a href="/mem/atom_history?atom_id={ids["hates"]}" title="its history">{ids["hates"]}</a>'
+    turn = f'<a href="/mem/turns/{ids["hate_turn"]}" title="the turn">{ids["hate_turn"]}</a>'
+    atoms = get(ds, "/mem/atoms_v?user=alice").text
+    assert history in atoms and turn in atoms  # the id, the superseded_by of the old version, turn_ids
+    assert atoms.count(history) == 2
+    assert history in get(ds, "/mem/this_week").text
+    assert turn in get(ds, f"/mem/atom_history?atom_id={ids['likes']}").text
+    # the stored tables keep Datasette's own links (row pages, foreign-key labels)
+    assert "atom_history" not in get(ds, "/mem/atoms").text
+
+
 def test_with_user_every_page_and_query_keeps_to_that_user(made):
     path, ids = made
     ds = browse.datasette(path, user="wang")

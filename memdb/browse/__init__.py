@@ -3,8 +3,8 @@
 Datasette (`pip install 'memdb[browse]'`, imported only here) shows the file with what memdb
 knows of it (config.py): titles and descriptions, facets, the FTS5 table behind each search box,
 the shadow and lookup tables hidden, canned queries for an atom's history and sources, a user's
-card, the week's changes and events. plugin.py loads nothing into the file; it adds SQL
-functions, decoded cells and the --user filter.
+card, the week's changes and events. plugin.py adds SQL functions, decoded cells, the search
+box's handling of Chinese and the --user filter.
 
 The file is never written: Datasette opens it immutable (no lock, no -wal or -shm file made), or
 read-only (mode=ro) while a writer's WAL holds changes not yet in the file, so they show.
@@ -12,6 +12,7 @@ read-only (mode=ro) while a writer's WAL holds changes not yet in the file, so t
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import sqlite3
 import sys
@@ -58,9 +59,7 @@ def datasette(path: str | Path, *, user: str | None = None) -> Any:
 
 def serve(path: str | Path, *, user: str | None = None, port: int = DEFAULT_PORT) -> None:
     """Serve the file on http://127.0.0.1:port until interrupted."""
-    import asyncio
-
-    import uvicorn
+    import uvicorn  # Datasette's server, installed with it
 
     instance = datasette(path, user=user)
     from datasette.utils import tilde_encode

@@ -14,10 +14,13 @@ from typing import Any
 import msgpack
 from datasette import hookimpl
 from datasette.filters import FilterArguments
+from markupsafe import Markup
 
 from .. import codec, text
 from ..db.rows import user_tag
-from .config import PLUGIN
+from .config import PLUGIN, TABLES
+
+TABLE_NAMES = {name for name in TABLES if not name.endswith("_v")}
 
 
 def _config(datasette: Any, database: str | None = None) -> dict[str, Any] | None:
@@ -55,15 +58,39 @@ def prepare_connection(conn: Any, database: str, datasette: Any) -> None:
     conn.create_function("memdb_user", 0, lambda: config["user"], deterministic=True)
 
 
+# Columns of the views and canned queries that name atoms or turns, shown as links: an atom to its
+# history (what it was, what replaced it), a turn to its row. The stored tables link through
+# their foreign keys already.
+HISTORY_LINKS = {"superseded_by", "replaced_by", "atom_id"}
+TURN_LINKS = {"turn_id", "turn_ids"}
+
+
 @hookimpl
-def render_cell(value: Any, column: str, table: str | None, database: str, datasette: Any) -> str | None:
-    if _config(datasette, database) is None or not isinstance(value, bytes):
+def render_cell(value: Any, column: str, table: str | None, database: str, datasette: Any) -> Any:
+    if _config(datasette, database) is None:
         return None
-    if column == "record":
-        return record_json(value)
-    if column in ("centroid", "embedding"):
-        return f"float32 vector, {len(value) // 4} dimensions"
+    if isinstance(value, bytes):
+        if column == "record":
+            return record_json(value)
+        if column in ("centroid", "embedding"):
+            return f"float32 vector, {len(value) // 4} dimensions"
+        return None
+    if table in TABLE_NAMES:  # a stored table: Datasette links its keys itself
+        return None
+    base = datasette.urls.database(database)
+    if column in HISTORY_LINKS or (column == "id" and table in ("atoms_v", "atom_records_v")):
+        return _links([value], f"{base}/atom_history?atom_id=", "its history")
+    if column in TURN_LINKS:
+        return _links(str(value).split(","), f"{base}/turns/", "the turn")
     return None
+
+
+def _links(values: list[Any], prefix: str, title: str) -> Markup | None:
+    """ids as links to prefix + id; None (the plain cell) if any is not an id."""
+    ids = [str(v).strip() for v in values if v is not None and str(v).strip()]
+    if not ids or not all(i.isdigit() for i in ids):
+        return None
+    return Markup(", ").join(Markup('<a href="{}{}" title="{}">{}</a>').format(prefix, i, title, i) for i in ids)
 
 
 @hookimpl
