@@ -134,6 +134,15 @@ def test_the_search_box_finds_chinese_and_english_words(made):
         assert 200 == get(ds, f"/mem/atoms_v.json?_search={typed}").status_code, typed
 
 
+def test_the_box_query_is_segmented_like_the_index_and_quoted():
+    from memdb.browse.plugin import search_expression
+
+    assert '"巧" "克" "力" "巧克" "克力"' == search_expression("巧克力")
+    assert '"Rust" "杭" "州" "杭州"' == search_expression("Rust杭州")
+    assert '"coffee""" "OR" "NEAR(x"' == search_expression('coffee" OR NEAR(x')
+    assert '""' == search_expression("  ")  # matches nothing, as an empty box does in Datasette
+
+
 def test_shadow_and_lookup_tables_are_hidden(made):
     path, _ = made
     listing = get(browse.datasette(path), "/mem.json").json()
