@@ -53,7 +53,10 @@ def datasette(path: str | Path, *, user: str | None = None) -> Any:
         immutables=[] if live else [str(path)],
         metadata=config.metadata(database, "/" + tilde_encode(database), path.name, tables, user),
         sqlite_extensions=[sqlite_vec.loadable_path()],  # the vec0 tables (Datasette lists every table)
-        settings={"sql_time_limit_ms": 5000, "facet_time_limit_ms": 1000, "allow_download": user is None},
+        # No facet suggestions: each is a query over the whole view per column, and the views
+        # join and decode (bench/browse_screenshots.py); the facets that matter are set in config.
+        settings={"sql_time_limit_ms": 5000, "facet_time_limit_ms": 1000, "suggest_facets": False,
+                  "allow_download": user is None},
     )
 
 
