@@ -9,7 +9,8 @@ Without --db the file is built in a temporary folder from a short conversation w
 hashing embedder, so the pages look the same on every run and no model is loaded. --db FILE
 shows another file instead (e.g. the one `memdb demo` makes). The server is the real command,
 `memdb browse FILE --port P`, in a subprocess; each page is fetched --repeat times over HTTP and
-its median time kept. Writes bench/results/browse/*.png and bench/results/browse/pages.json.
+its median time kept (and the first fetch's, before SQLite's cache holds its pages).
+Writes bench/results/browse/*.png and bench/results/browse/pages.json (--out: elsewhere).
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import apsw
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,12 +68,13 @@ CONVERSATION = [
 PAGES = [  # (file name, path under the database, what it shows)
     ("database", "", "the file: tables, views and canned queries"),
     ("atoms", "/atoms_v", "atoms with facets on user, kind and status"),
-    ("search_zh", "/atoms_v?_search=火锅", "the search box with a Chinese word"),
+    ("search_zh", "/atoms_v?_search={zh_word}", "the search box with a Chinese word"),
     ("history", "/atom_history?atom_id={history_id}", "one atom's history: what it was, what replaced it, why"),
     ("this_week", "/this_week", "what changed in the week up to the newest change"),
-    ("profile", "/profile?user=sam", "a user's profile card"),
-    ("events", "/events?user=mei", "a user's events in time order"),
-    ("turns", "/turns_v?_search=coffee", "turns found by an English word"),
+    ("profile", "/profile?user={en_user}", "a user's profile card"),
+    ("events", "/events?user={zh_user}", "a user's events in time order"),
+    ("turns", "/turns_v?_search={en_word}", "turns found by an English word"),
+    ("records", "/atom_records_v", "records decoded by SQL (atom_records_v decodes every atom)"),
 ]
 
 
@@ -108,9 +112,29 @@ def build(path: Path) -> None:
 
 
 def superseded_atom(path: Path) -> int | None:
-    with memdb.open(path, embedder=None, extract="defer") as mem:
-        row = mem.conn.execute('select "id" from "atoms" where "superseded_by" is not null order by "id"').fetchone()
+    """The first atom that was replaced: its history is the page to show. Read immutable, as
+    browse reads, so nothing here writes the file either."""
+    conn = apsw.Connection(f"{path.resolve().as_uri()}?immutable=1",
+                           flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    try:
+        row = conn.execute('select "id" from "atoms" where "superseded_by" is not null order by "id"').fetchone()
+    finally:
+        conn.close()
     return row[0] if row else None
+
+
+def wait_for(url: str, server: subprocess.Popen, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if fetch(url)[1] == 200:
+                return
+        except OSError:  # not listening yet
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            server.kill()
+            raise SystemExit(f"memdb browse did not answer: {server.communicate()[1]}")
+        time.sleep(0.2)
 
 
 def free_port() -> int:
@@ -119,11 +143,17 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def fetch(url: str) -> float:
+def fetch(url: str) -> tuple[float, int]:
+    """Seconds to fetch url, and the HTTP status (Datasette answers 400 to a query over its time limit)."""
     start = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=60) as response:
-        response.read()
-    return time.perf_counter() - start
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            response.read()
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        exc.read()
+        status = exc.code
+    return time.perf_counter() - start, status
 
 
 def screenshot(chromium: str, url: str, out: Path, size: str, profile: Path) -> None:
@@ -138,8 +168,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="fetches of each page for its median time")
     parser.add_argument("--size", default="1280,900", help="the browser window, width,height")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
+    parser.add_argument("--zh-word", default="火锅", help="a Chinese word to search atoms for")
+    parser.add_argument("--en-word", default="coffee", help="an English word to search turns for")
+    parser.add_argument("--zh-user", default="mei", help="whose events to show")
+    parser.add_argument("--en-user", default="sam", help="whose profile card to show")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the PNGs and pages.json go")
+    parser.add_argument("--no-screenshots", action="store_true", help="only the page times")
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or Path(tmp) / "memory.db"
         if args.db is None:
@@ -152,34 +188,29 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}/{db.stem}"
         pages = []
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    fetch(base + ".json")
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or server.poll() is not None:
-                        raise SystemExit(f"memdb browse did not answer: {server.stderr.read() if server.poll() else ''}")
-                    time.sleep(0.2)
+            wait_for(base + ".json", server)
             for name, path, what in PAGES:
                 if "{history_id}" in path and history_id is None:
                     continue
-                url = base + path.format(history_id=history_id)
-                quoted = urllib.parse.quote(url, safe=":/?=&")
-                times = [fetch(quoted) for _ in range(args.repeat)]
-                screenshot(args.chromium, quoted, OUT / f"{name}.png", args.size, Path(tmp) / "chromium")
-                pages.append({"page": name, "path": urllib.parse.unquote(path.format(history_id=history_id)),
-                              "shows": what, "median_ms": round(1000 * statistics.median(times), 1),
-                              "png": f"bench/results/browse/{name}.png"})
-                print(f"{name:10} {pages[-1]['median_ms']:7.1f} ms  {pages[-1]['path']}")
+                path = path.format(history_id=history_id, zh_word=args.zh_word, en_word=args.en_word,
+                                   zh_user=args.zh_user, en_user=args.en_user)
+                quoted = urllib.parse.quote(base + path, safe=":/?=&")
+                times, statuses = zip(*[fetch(quoted) for _ in range(args.repeat)])
+                png = args.out / f"{name}.png"
+                if not args.no_screenshots:
+                    screenshot(args.chromium, quoted, png, args.size, Path(tmp) / "chromium")
+                pages.append({"page": name, "path": path, "shows": what, "status": statuses[0],
+                              "median_ms": round(1000 * statistics.median(times), 1),
+                              "first_ms": round(1000 * times[0], 1),
+                              "png": None if args.no_screenshots else str(png.resolve().relative_to(ROOT))})
+                print(f"{name:10} {pages[-1]['median_ms']:7.1f} ms  {statuses[0]}  {path}")
         finally:
             server.terminate()
             server.wait(timeout=30)
         unchanged = before == hashlib.sha256(db.read_bytes()).hexdigest()
     chromium = subprocess.run([args.chromium, "--version"], capture_output=True, text=True).stdout.strip()
     result = {
-        "command": "flock /tmp/memdb-cpu.lock .venv/bin/python bench/browse_screenshots.py"
-                   + (f" --db {args.db}" if args.db else ""),
+        "command": "flock /tmp/memdb-cpu.lock .venv/bin/python " + " ".join(["bench/browse_screenshots.py", *sys.argv[1:]]),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "chromium": chromium},
         "file": str(args.db) if args.db else "built from CONVERSATION (scripted model, hashing embedder)",
@@ -187,8 +218,8 @@ def main() -> None:
         "file_unchanged_after_browsing": unchanged,
         "pages": pages,
     }
-    (OUT / "pages.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    print(f"file unchanged: {unchanged}; wrote {OUT / 'pages.json'}")
+    (args.out / "pages.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    print(f"file unchanged: {unchanged}; wrote {args.out / 'pages.json'}")
 
 
 if __name__ == "__main__":
