@@ -21,6 +21,7 @@ import pytest
 import memdb
 from memdb import browse
 from memdb.cli import main
+from memdb.db.connection import SCHEMA_VERSION
 from tests.conftest import HashEmbedder
 
 
@@ -252,11 +253,18 @@ def test_bad_files_and_arguments_get_a_clear_error(tmp_path, capsys):
     sqlite3.connect(foreign).execute("create table t (x)").connection.close()
     made = tmp_path / "mem.db"
     build(made)
+    older, newer = tmp_path / "older.db", tmp_path / "newer.db"
+    for copy, version in [(older, SCHEMA_VERSION - 1), (newer, 99)]:
+        copy.write_bytes(made.read_bytes())
+        sqlite3.connect(copy).execute(f"pragma user_version = {version}").connection.close()
     cases = [
         (["browse", str(tmp_path / "missing.db")], "missing.db does not exist; check the path"),
         (["browse", str(tmp_path)], "is a directory; give a memdb file"),
         (["browse", str(foreign)], "other.db is not a memdb file (application_id 0)"),
         (["browse", str(made), "--user", ""], "--user is empty"),
+        (["browse", str(older)],
+         f"schema version {SCHEMA_VERSION - 1}, and this memdb reads {SCHEMA_VERSION}: open it once with memdb"),
+        (["browse", str(newer)], f"schema version 99, and this memdb reads {SCHEMA_VERSION}: upgrade memdb"),
     ]
     for argv, message in cases:
         assert 2 == main(argv), argv
