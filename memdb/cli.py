@@ -171,6 +171,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--user", "-u", default=None, help="serve this user only (else every tool call names its user)")
     p.add_argument("--defer", action="store_true", help="remember stores only; run `memdb extract` later")
 
+    p = sub.add_parser("browse", help="read, search and follow a file's memories in the browser (Datasette, "
+                       "read-only); needs pip install 'memdb-sqlite[browse]'",
+                       description="Serve the file read-only with Datasette on 127.0.0.1: atoms, turns and "
+                                   "their sources, searchable, with canned queries for an atom's history, a "
+                                   "user's card, the week's changes and events. Needs pip install 'memdb-sqlite[browse]'.")
+    p.add_argument("db", help="the memdb file")
+    p.add_argument("--user", "-u", default=None, help="show only this user's rows")
+    p.add_argument("--port", "-p", type=_count(65535), default=8001, help="the port on 127.0.0.1 (default 8001)")
+    p.set_defaults(run=_browse)
+
     demo = ("build a demo file from the bundled sample conversation (two users, a dozen turns), extract "
             "atoms with the local model, and show search and context for the sample's questions")
     command("demo", _demo, demo, user=False, embedder=True, llm=True, new_db="demo.db")
@@ -414,6 +424,12 @@ def _mcp(args: argparse.Namespace) -> None:
         serve(mem, user=args.user)
 
 
+def _browse(args: argparse.Namespace) -> None:
+    from .browse import serve
+
+    serve(args.db, user=args.user, port=args.port)
+
+
 def _demo(args: argparse.Namespace) -> None:
     from . import doctor
 
@@ -451,6 +467,7 @@ def _demo(args: argparse.Namespace) -> None:
                 say(f"[{conv['user']}] context(budget=120):")
                 say("  " + block.replace("\n", "\n  "))
     say(f"\ninspect it: sqlite3 {path} 'select id, user, kind, status, text from atoms_v'")
+    say(f"or in the browser: memdb browse {path}  (needs pip install 'memdb-sqlite[browse]')")
     if args.json:
         print(_json({"db": str(path), **counts, "model": model.name, "model_calls": calls, "queries": shown}))
 

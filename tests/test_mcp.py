@@ -11,6 +11,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 import memdb
 from memdb.cli import main
+from tests.test_browse import build
 from tests.test_endpoint import stub  # noqa: F401 - the stub OpenAI-compatible server, a fixture
 
 
@@ -68,7 +69,7 @@ def test_an_mcp_client_remembers_recalls_reads_and_forgets(tmp_path):
         ("recall", {"query": "bees roof"}),
         ("persona", {}),
     ], "--user", "alice")
-    assert ["context", "events", "forget", "persona", "profile", "recall", "remember"] == tools
+    assert ["context", "events", "forget", "history", "persona", "profile", "recall", "remember", "show"] == tools
     remembered, recalled, context, profile, events, other_user, persona = map(payload, results)
     assert [f"Alice likes science fiction movies (#{profile[0]['id']})"] == persona.splitlines()
     assert "My cat Miso is afraid of the vacuum." == recalled[0]["text"]
@@ -99,6 +100,35 @@ def test_forget_over_mcp_deletes_only_the_served_users_memory(tmp_path):
     assert nothing_named.is_error and "exactly one of atom_id, turn_id, everything" in nothing_named.content[0].text
     with memdb.open(db, embedder=None, extract="defer") as mem:
         assert 1 == len(mem.search("bees", user="bob", layer="turns"))
+
+
+def test_history_and_show_explain_a_memory_to_the_served_user_only(tmp_path):
+    db = tmp_path / "agent.db"
+    ids = build(db)  # alice liked coffee, then hated it; wang's memories are in Chinese
+    _, results = serve_and_call(str(db), [
+        ("history", {"atom_id": ids["hates"]}),
+        ("show", {"atom_id": ids["likes"]}),
+        ("show", {"turn_id": ids["hate_turn"]}),
+        ("history", {"atom_id": ids["cake"]}),
+        ("show", {"atom_id": ids["cake"]}),
+        ("show", {"turn_id": ids["cake_turn"]}),
+        ("show", {}),
+    ], "--user", "alice")
+    history, shown, turn, other_history, other_atom, other_turn, neither = results
+    assert [(ids["likes"], "Alice likes coffee", "superseded", ids["hates"], "2026-03-05T09:00:00", [ids["like_turn"]]),
+            (ids["hates"], "Alice hates coffee", "active", None, None, [ids["hate_turn"]])] == [
+        (v["id"], v["text"], v["status"], v["superseded_by"], v["valid_to"], v["turn_ids"]) for v in payload(history)]
+    atom = payload(shown)
+    assert {"kind": "preference", "subject": "Alice", "predicate": "likes", "object": "coffee",
+            "sentiment": "like"} == {k: v for k, v in atom["record"].items() if k != "lang"}
+    assert (ids["hates"], ["I really like coffee in the morning."]) == (
+        atom["superseded_by"], [t["content"] for t in atom["sources"]])
+    assert ("I hate coffee now, it hurts my stomach.", "2026-03-05T09:00:00") == (
+        payload(turn)["content"], payload(turn)["ts"])
+    for refused, what in [(other_history, f"atom with id {ids['cake']}"), (other_atom, f"atom with id {ids['cake']}"),
+                          (other_turn, f"turn with id {ids['cake_turn']}")]:
+        assert refused.is_error and f"no {what} for user 'alice'" in refused.content[0].text
+    assert neither.is_error and "show takes exactly one of atom_id, turn_id" in neither.content[0].text
 
 
 def test_without_user_every_call_names_one(tmp_path):
