@@ -232,9 +232,11 @@ def _pronoun_person(clause: str, content: str, speaker: str, names: set[str]) ->
 
 
 # "Right now I'm setting up …": a time or place before the speaker, moved behind the statement.
-_LEAD = re.compile(r"^((?:right now|for now|these days|this (?:week|month|year)|last (?:week|month|year)|today|now|"
-                   r"currently|lately|recently|at (?:work|home)|for (?:deployment|work|now)|since \w+)\s*,?\s+)"
-                   r"(?=(?:i|we|my|our)\b)", re.I)
+def _lead(clause: str) -> re.Match[str] | None:
+    # "Right now I'm setting up …", "On weekends I play tennis": a time or place before the
+    # speaker (lexicon/en.toml: lead_time), moved behind the statement.
+    times = "|".join(map(re.escape, lexicon.words("en", "lead_time")))
+    return re.match(rf"^((?:{times}|since \w+|for (?:deployment|work))\s*,?\s+)(?=(?:i|we|my|our)\b)", clause, re.I)
 # "Been training since March", "Thought about …": the speaker left out, as people do in chat.
 _ELIDED = re.compile(r"^(gonna|wanna|been|thought|got|went|had|started|finished|spent|took|made|tried|found|bought|signed|lost|won|"
                      r"quit|left|met|saw|joined|moved|visited|adopted|decided|learned|loved)\b\s*",
@@ -243,7 +245,7 @@ _ELIDED = re.compile(r"^(gonna|wanna|been|thought|got|went|had|started|finished|
 
 def _subject_first(clause: str) -> str:
     """The clause with the speaker's "I" first, where chat put something else first or left it out."""
-    lead = _LEAD.match(clause)
+    lead = _lead(clause)
     if lead:
         return f"{clause[lead.end():]} {lead.group(1).strip(' ,').lower()}"
     doing = re.match(r"([A-Z][a-z]+ing)\s+(?!.*\b(?:is|are|was|were|isn't|aren't|wasn't)\b)", clause)

@@ -209,6 +209,8 @@ def third_person_zh(value: str, name: str, p: Pronouns, *, named: bool) -> str:
         nonlocal mentioned
         word = m.group(0)
         if word.startswith("我们"):
+            if re.match(r"团队|组|公司|部门|家", value[m.end():]):  # 我们团队 → 罗婷的团队
+                return f"{name}的" if not mentioned else p.zh + "们的"
             return group + word[2:] if not (mentioned and group == name) else word[2:]
         if not mentioned:
             mentioned = True

@@ -11,7 +11,7 @@ import functools
 import re
 
 from .. import codec, text
-from ..extraction import slots
+from ..extraction import lexicon, slots
 from ..settings import Settings
 
 # Attributes that hold one value at a time: a new value replaces the old. The key of a
@@ -53,7 +53,8 @@ _QUIT = re.compile(
     r"\b(?:quit|gave up|giving up|stopped|no more|no longer (?:drinks?|eats?|uses?))\s+(?:drinking |eating |using )?"
     r"([^\W\d_][\w-]*)|把(\w{1,4}?)戒(?:掉)?了|戒(?:掉|了)(\w{1,2})|不再(?:喝|吃|用)(\w{1,2})", re.I)
 # A wish or intention is a plan too, when the small model files it as a preference or fact.
-_PLANNED = re.compile(r"\b(?:plan\w*|want\w* to|going to|will|hop\w* to)\b|希望|打算|计划|准备|要去", re.I)
+_PLANNED = re.compile(r"\b(?:plan\w*|want\w* to|going to|will|hop\w* to|(?:is|are|am)\s+\w+ing)\b"
+                      r"|希望|打算|计划|准备|要去|下个|下周|明年|下月", re.I)
 _WORD = re.compile(r"[^\W\d_]+(?:'[a-z]+)?|\d+", re.I)
 _FAVOURITE = re.compile(r"(?:\bfavou?rite|最喜欢的)\s*([^\W\d_].*)", re.I)
 _COPULAS = frozenset({"is", "am", "are", "was", "were", "be", "是", "为"})
@@ -126,18 +127,33 @@ def _ends(new: dict, old: dict) -> bool:
     # value, or, when the ending names no attribute of the old note, a word of what it ends
     # (before "to" / 成 / 到, which name what comes instead).
     key = new.get("attribute")
-    if key and key == old.get("attribute"):
-        return new.get("polarity") == "ended" and _same_value(new.get("value", ""), old.get("value", ""), Settings())
+    if key and key == old.get("attribute") and new.get("polarity") == "ended":
+        return _same_value(new.get("value", ""), old.get("value", ""), Settings()) or (
+            not slots.is_single(key) and _shared(new, old))  # "豆豆送人了，没养宠物了" ends the hamster 豆豆
     body = codec.canonical_text(new)
-    return slots.polarity(body) == "ended" and _shared(new, old)
+    if old["kind"] == "event" and not (_PLANNED.search(f"{codec.canonical_text(old)} {old.get('when', '')}")
+                                       or _same_thing(new, old)):
+        return False  # what happened stays true; only a plan or a state is called off
+    changed = lexicon.alternation("zh" if text.has_cjk(body) else "en", "changes").search(body)
+    return (changed is not None or slots.polarity(body) == "ended") and _shared(new, old)
+
+
+def _same_thing(new: dict, old: dict) -> bool:
+    # "Ana's offsite | got cancelled" and "Ana's team offsite | is on the 14th": one thing.
+    def thing(record: dict) -> set[str]:
+        subject = record.get("subject") or ""
+        rest = re.sub(r"^.+?(?:['’]s\s+|的)", "", subject) if re.search(r"['’]s\s|的", subject) else ""
+        return {text.stem(t) for t in text.terms(rest)}
+    return bool(thing(new) & thing(old))
 
 
 def _shared(ending: dict, old: dict) -> bool:
     line = codec.canonical_text(ending)
     who = owner(ending)
     line = line[len(who):] if line.lower().startswith(who) else line  # the owner's name is no topic
-    line = re.split(r"\b(?:to|into|for)\b(?!.*\bfrom\b)|改成|换成|改到|改为|迁到|搬到", line)[0]  # what it ends, not what follows
-    ours = {text.stem(t) for t in text.terms(line)} - _ENDING_STEMS
+    # what it ends, not what comes instead: the words after "to" / 改成 up to the clause's end go
+    line = re.sub(r"\b(?:to|into|for)\b(?!.*\bfrom\b)[^,;.]*|(?:改成|换成|改到|改为|迁到|搬到)[^，,。；]*", " ", line)
+    ours = {text.stem(t) for t in text.terms(line)} - _ENDING_STEMS - set(lexicon.words("zh", "common_words"))
     theirs = {text.stem(t) for t in text.terms(codec.canonical_text(old))} - {owner(old)}
     return bool(ours & theirs)
 
