@@ -93,3 +93,17 @@ def test_slots_are_packed_with_polarity_as_a_code():
     packed = codec.pack(record)
     assert {"a": "diet", "v": "vegetarian", "n": codec.POLARITIES["ended"]}.items() <= __import__("msgpack").unpackb(packed).items()
     assert record == codec.unpack(packed)
+
+
+def test_every_word_list_the_code_asks_for_is_a_top_level_list():
+    # A list written after a [table] line in TOML belongs to that table: the code would not find it.
+    import pathlib
+    import re as regex
+
+    from memdb.extraction import lexicon
+    asked = set()
+    for path in pathlib.Path(lexicon.__file__).parent.parent.glob("*.py"):
+        asked |= set(regex.findall(r'lexicon\.(?:words|alternation)\("(en|zh)", "(\w+)"\)', path.read_text()))
+    for path in pathlib.Path(lexicon.__file__).parent.parent.parent.glob("lifecycle/*.py"):
+        asked |= set(regex.findall(r'lexicon\.(?:words|alternation)\("(en|zh)", "(\w+)"\)', path.read_text()))
+    assert asked and all(isinstance(lexicon.table(lang).get(name), list) for lang, name in asked), sorted(asked)

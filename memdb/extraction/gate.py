@@ -239,10 +239,15 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "no concrete fact"
     if _OPINION.search(said) and not FIRST_PERSON_WORDS.search(sentence):
         return "an opinion"
+    if lexicon.alternation("en", "pep_talk").search(said) and not _LATIN_NAME.search(said):
+        return "a feeling or a pep talk"  # "will do her best", "is so grateful": nothing to recall
     if re.search(r"^(?:shares?|shared) (?:a |an )?(?:photo|pic|picture|photography)|\bshares? a photo$"
                  r"|\bhere(?:'s| is) (?:a |the )?(?:photo|pic|picture)", said, re.I):
         return "a shared photo"  # the caption of a picture: what it shows is said in the turns around it
     return None
+
+
+_LATIN_NAME = re.compile(r"(?<!^)\b[A-Z][a-z]+|\d")
 
 
 def _owner_free(phrase: str) -> str:

@@ -82,7 +82,9 @@ _ASKED_LOCK = threading.Lock()
 _NOT_PRESENT = re.compile(r"(?:\w+ed|can|could|will|would|should|must|might|may|am|is|has|does|was|were|had|did|got|"
                           r"went|made|took|saw|met|ran|won|lost|found|gave|told|came|left|bought|thought|felt|sold|"
                           r"kept|said|spent|began|became|brought|built|caught|drove|flew|grew|heard|held|paid|put|"
-                          r"read|sent|set|taught|wrote|quit|let|cut|hit|shut|hurt|cost)$", re.I)
+                          r"read|sent|set|taught|wrote|quit|let|cut|hit|shut|hurt|cost|chose|wore|ate|drank|swam|sang|"
+                          r"began|spoke|broke|froze|woke|rode|drove|rose|shook|forgot|sat|stood|understood|meant|"
+                          r"slept|kept|fell|fought|flew|knew|threw|won|led|fed|hid|lay|bit|dug|lit|wept)$", re.I)
 _ADVERB = re.compile(r"(?:just|also|really|still|always|never|often|usually|sometimes|totally|basically|"
                      r"already|finally|recently|even|mostly|actually|only|now)$", re.I)
 
@@ -96,6 +98,7 @@ def agree(said: str) -> str:
     if _ADVERB.match(verb) and rest:
         return f"{verb} {agree(rest)}"
     irregular = {"have": "has", "do": "does", "go": "goes", "am": "is", "are": "is", "'m": "is", "were": "was",
+                 "wanna": "wants to", "gonna": "is going to", "gotta": "has to",
                  "don't": "doesn't", "do not": "does not", "haven't": "hasn't", "aren't": "isn't"}
     if low in irregular:
         return irregular[low] + (" " + rest if rest else "")
