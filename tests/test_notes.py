@@ -101,9 +101,7 @@ def test_every_word_list_the_code_asks_for_is_a_top_level_list():
     import re as regex
 
     from memdb.extraction import lexicon
-    asked = set()
-    for path in pathlib.Path(lexicon.__file__).parent.parent.glob("*.py"):
-        asked |= set(regex.findall(r'lexicon\.(?:words|alternation)\("(en|zh)", "(\w+)"\)', path.read_text()))
-    for path in pathlib.Path(lexicon.__file__).parent.parent.parent.glob("lifecycle/*.py"):
-        asked |= set(regex.findall(r'lexicon\.(?:words|alternation)\("(en|zh)", "(\w+)"\)', path.read_text()))
+    package = pathlib.Path(lexicon.__file__).parent.parent.parent
+    asked = {found for path in [*package.glob("extraction/*.py"), *package.glob("lifecycle/*.py")]
+             for found in regex.findall(r'lexicon\.(?:words|alternation)\("(en|zh)", "(\w+)"\)', path.read_text())}
     assert asked and all(isinstance(lexicon.table(lang).get(name), list) for lang, name in asked), sorted(asked)
