@@ -128,10 +128,14 @@ def unpack(blob: bytes) -> dict:
 def canonical_text(record: dict) -> str:
     """The one line an atom reads as: subject, predicate and object as a short sentence.
 
-    Chinese parts are joined without spaces ("用户喜欢美式咖啡"), others with one space.
+    Chinese parts are joined without spaces ("用户喜欢美式咖啡"), others with one space; a
+    Chinese object that names the subject itself is the whole line.
     Dates are kept out of the line (they live in the record and in the rendered context).
     """
     parts = [record[f] for f in ("subject", "predicate", "object") if record.get(f)]
+    subject, obj = record.get("subject"), record.get("object", "")
+    if subject and not record.get("predicate") and is_cjk(obj[:1] or " ") and subject in obj:
+        parts = [obj]  # "香菜，那个味儿陈静受不了": a Chinese note names its subject where the clause does
     if record.get("outcome"):
         parts.append(f"({record['outcome']})")
     line = ""

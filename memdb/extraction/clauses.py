@@ -149,9 +149,12 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
     for name in others:
         if clause.startswith(name):
             return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
-    if clause.startswith("我的"):
-        return {"subject": speaker, "object": clause[1:]}  # "的女儿六岁": the name joins it
-    return {"subject": speaker, "object": clause}
+    opens_with_time = any(clause.startswith(phrase) for phrase, _ in timeparse.find(clause, "2000-01-01"))
+    if ("我" in clause or opens_with_time or clause.startswith(lexicon.words("zh", "subject_openers"))
+            or re.match(r"[A-Za-z0-9]", clause)):
+        return {"subject": speaker, "object": clause}  # gate.repair_persons names 我 where it stands
+    return None  # "才周四", "她又抱回来一张奖状": about something or someone the clause does not name
+    # (a clause that opens with a name of a thing, "statement_timeout 加上了", is the speaker's)
 
 
 def _en_record(clause: str, speaker: str, names: set[str], others: list[str], content: str) -> dict | None:

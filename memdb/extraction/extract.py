@@ -243,6 +243,12 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
     why = gate.judge(record, sentence, names | {speaker})
     if why:
         return None, why
+    if not extractive and not zh:
+        predicate = record.get("predicate", "").strip()
+        if not predicate or not re.match(r"[a-z]", predicate):
+            return None, "no verb"  # "Ana | | colors blend nicely": a small model's fragment, not a note
+        if record["subject"] in names | {speaker}:
+            record["predicate"] = persons.agree(predicate)  # "Ana | need to" → "needs to"
     record = normalize.attach_time(record, when, turn, sentence)
     record["lang"] = "zh" if zh else "en"
     record |= slots.read(record["subject"], " ".join(record.get(f, "") for f in ("predicate", "object")).strip())

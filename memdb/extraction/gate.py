@@ -100,8 +100,11 @@ def repair_persons(record: dict, speaker: str, listener: str | None, zh: bool,
         if record.get(part):
             value = _unglued(record[part])
             if persons.FIRST_PERSON.search(value):
-                third = persons.third_person_zh if zh or text.has_cjk(value) else persons.third_person_en
-                value = third(value, speaker, pronouns(speaker), named=named)
+                if zh or text.has_cjk(value):  # the name where the clause says 我 (codec then shows it there)
+                    value = persons.third_person_zh(value, speaker, pronouns(speaker),
+                                                    named=named and part != "object" or speaker in value)
+                else:
+                    value = persons.third_person_en(value, speaker, pronouns(speaker), named=named)
                 named = True  # the name stands in the note from here on
             record[part] = _listener_named(value, listener, zh)
     if record.get("object") and subject:

@@ -214,7 +214,10 @@ def third_person_zh(value: str, name: str, p: Pronouns, *, named: bool) -> str:
         if word.startswith("我们"):
             if re.match(r"团队|组|公司|部门|家", value[m.end():]):  # 我们团队 → 罗婷的团队
                 return f"{name}的" if not mentioned else p.zh + "们的"
-            return group + word[2:] if not (mentioned and group == name) else word[2:]
+            if mentioned and group == name:
+                return word[2:]
+            mentioned = mentioned or group == name
+            return group + word[2:]
         if not mentioned:
             mentioned = True
             return name + word[1:]
