@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.resources
 import json
 import logging
@@ -25,18 +26,38 @@ SIGPIPE_EXIT = 128 + 13  # what a shell reports for a writer killed by SIGPIPE
 
 
 def main(argv: list[str] | None = None) -> int:
+    _printable_streams()
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        return args.run(args) or 0
+        code = args.run(args) or 0
+        sys.stdout.flush()  # a write error shows here, not in Python's flush at exit
+        return code
     except MemdbError as exc:
         print(f"memdb: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `memdb export ... | head`: the reader has all it wanted
         _silence_stdout()
         return SIGPIPE_EXIT
+    except OSError as exc:  # stdout on a full disk (`> /dev/full`), a closed terminal
+        writing = exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF)
+        if writing:
+            _silence_stdout()
+        print(f"memdb: {'cannot write the output: ' if writing else ''}{exc.strerror or exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _printable_streams() -> None:
+    """Output in any terminal encoding: a character the encoding cannot show (PYTHONIOENCODING=
+    ascii, a Windows code page) is written as an escape instead of raising mid-output."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (OSError, ValueError):
+                pass
 
 
 def _silence_stdout() -> None:
@@ -158,7 +179,11 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("mcp", _mcp, "serve the memory to an MCP client (Claude Desktop, Cursor, ...) over stdio; "
                 "needs pip install 'memdb[mcp]'", user=False, embedder=True, llm=True)
-    p.add_argument("--user", "-u", default=None, help="serve this user only (else every tool call names its user)")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", "-u", default=None, help="serve this user only")
+    who.add_argument("--all-users", action="store_true",
+                     help="serve every user of the file: each tool call names its user, and any client can read "
+                          "and delete any user's memory")
     p.add_argument("--defer", action="store_true", help="remember stores only; run `memdb extract` later")
 
     demo = ("build a demo file from the bundled sample conversation (two users, a dozen turns), extract "
@@ -174,8 +199,11 @@ def _open(args: argparse.Namespace, **kw: Any) -> memdb.Memory:
     # One command, one search: loading a large user's vectors into memory (cache.py) would
     # cost more than the one vec0 KNN it replaces.
     settings = memdb.Settings(vector_copy_mb=0, keyword_copy_mb=0)
+    # A command that only reads writes nothing: no vector tables for a keyword-only file, no
+    # -wal or -shm (a file on a read-only disk is read as it is).
+    read_only = args.read_only and args.db != ":memory:" and not getattr(args, "build", False)
     return memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads,
-                      settings=settings, **kw)
+                      settings=settings, read_only=read_only, **kw)
 
 
 def _out(args: argparse.Namespace, data: Any, human: str) -> None:
@@ -183,7 +211,9 @@ def _out(args: argparse.Namespace, data: Any, human: str) -> None:
 
 
 def _json(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, default=str)
+    # Plain UTF-8 where stdout takes it; \u escapes (still the same JSON) where it does not.
+    encoding = (getattr(sys.stdout, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
+    return json.dumps(data, ensure_ascii=encoding not in ("utf8", "utf8sig"), default=str)
 
 
 # ---------------------------------------------------------------- commands
@@ -324,6 +354,9 @@ def _mcp(args: argparse.Namespace) -> None:
     from .mcp_server import serve
 
     embedder = None if args.embedder == "none" else args.embedder
+    if args.all_users:  # the unsafe form is never the silent one
+        print(f"memdb: WARNING: serving every user of {args.db}: any MCP client of this server can read and "
+              "delete any user's memory by naming them; use --user NAME to serve one user", file=sys.stderr)
     with memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads,
                     extract="defer" if args.defer else "now") as mem:
         serve(mem, user=args.user)
@@ -370,7 +403,9 @@ def _read_messages(source: str) -> list[dict]:
         raise InvalidInput(f"no messages in {source}")
     if raw.startswith("["):
         return _json_value(raw, source)
-    return [_json_value(line, f"{source} line {n}") for n, line in enumerate(raw.splitlines(), start=1)
+    # JSON Lines are split at "\n" only: str.splitlines() would also split at U+2028 and U+0085,
+    # which JSON strings may hold raw (memdb export writes them so).
+    return [_json_value(line, f"{source} line {n}") for n, line in enumerate(raw.split("\n"), start=1)
             if line.strip()]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import logging
 import os
 import threading
@@ -17,8 +18,8 @@ from typing import Any, Literal, TypeVar, cast
 import apsw
 import numpy as np
 
-from . import text
-from .checks import check_count, check_id, check_ids, check_name, now, parse_ts
+from . import privacy, text
+from .checks import MAX_ID, check_count, check_id, check_ids, check_name, now, parse_ts
 from .db import connection, forget as forgetting, layers, rows
 from .db.layers import Scenario
 from .db.rows import Atom, Hit
@@ -41,6 +42,9 @@ from .vecmath import unit
 log = logging.getLogger("memdb")
 EXTRACT_MODES = ("now", "defer")
 DEFAULT_EMBEDDER = "auto"  # the file's own embedder, else the bundled default
+# A query is searched by at most its first this many characters: the cost of the keyword side
+# grows with the query's terms (a 10 MB query took ~50 s), and the embedder reads 2,000 anyway.
+MAX_QUERY_CHARS = 4_000
 
 # The public API's argument types (checked again at run time: callers need not type-check).
 Message = Mapping[str, Any]  # {"role", "content", "name"?, "ts"?}
@@ -61,6 +65,7 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
     extract: Literal["now", "defer"] = "now",
     threads: int | None = None,
     settings: Settings | None = None,
+    read_only: bool = False,
 ) -> Memory:
     """Open (or create) a memdb file.
 
@@ -77,6 +82,9 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
       (memdb.models.protocols.LLM), or None for $MEMDB_LLM, else the bundled model.
     extract: "now" (add() extracts right away) or "defer" (add() only stores; call extract()).
     threads: CPU threads for the model and the embedder.
+    read_only: open an existing file without writing to it, nor creating its -wal or -shm (a
+      file on a read-only disk is read as it is, immutable): searched with the embedder it
+      records, or by keywords if it records none; calls that write raise MemdbError.
     """
     if extract not in EXTRACT_MODES:
         raise InvalidInput(f"extract must be one of {', '.join(EXTRACT_MODES)}, not {extract!r}")
@@ -88,13 +96,18 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
         raise InvalidInput('path is empty; give a file path, or ":memory:" for a memory that ends at close')
     if user is not None:
         check_name(user, "user")
+    if settings is not None and not isinstance(settings, Settings):  # "fast", a dict: no presets exist
+        raise InvalidInput(f"settings must be a memdb.Settings, not {type(settings).__name__} "
+                           "(e.g. memdb.Settings(extract_batch=8))")
     if llm is not None and not isinstance(llm, (str, os.PathLike)) and not hasattr(llm, "complete"):
         raise InvalidInput(f"llm must be a GGUF path or an object with complete(), not {type(llm).__name__}")
+    if not isinstance(read_only, bool):
+        raise InvalidInput(f"read_only must be True or False, not {read_only!r}")
     try:
-        conn = connection.connect(os.fspath(path))
+        conn = connection.connect(os.fspath(path), read_only=read_only)
         try:
             return Memory(conn, os.fspath(path), user=user, embedder=embedder, llm=llm, extract=extract,
-                          threads=threads, settings=settings or Settings())
+                          threads=threads, settings=settings or Settings(), read_only=read_only)
         except BaseException:
             conn.close()
             raise
@@ -156,9 +169,11 @@ class Memory:
     """One open memdb file. Safe to share between threads; one model call at a time."""
 
     def __init__(self, conn: apsw.Connection, path: str, *, embedder: EmbedderSpec, llm: LLMSpec,
-                 extract: str, threads: int | None, settings: Settings, user: str | None = None) -> None:
+                 extract: str, threads: int | None, settings: Settings, user: str | None = None,
+                 read_only: bool = False) -> None:
         self.conn = conn
         self.path = path
+        self.read_only = read_only
         self.copy_files = copyfiles.directory(path)  # where copy files live, if any were written
         self.user = user
         self.closed = False
@@ -174,7 +189,7 @@ class Memory:
         self.copies = VectorCopies(
             vector_copy_min=settings.vector_copy_min, vector_copy_mb=settings.vector_copy_mb,
             blas_limit=functools.partial(_blas_threads, threads),
-            files=self.copy_files if settings.vector_copy_files else None,
+            files=self.copy_files if settings.vector_copy_files and not read_only else None,
             file_min=settings.vector_copy_file_min,
         )
         self.term_counts = TermCounts(growth=settings.term_counts_growth)
@@ -197,13 +212,20 @@ class Memory:
 
                 name = spec
                 if spec == DEFAULT_EMBEDDER:  # the file's own embedder keeps its vectors meaningful
-                    name = connection.get_meta(self.conn, "embedder_name") or embedders.DEFAULT
+                    name = connection.get_meta(self.conn, "embedder_name")
+                    if name is None and self.read_only:  # no vectors to search, none to be written
+                        return None, "keyword-only: the file holds no vectors (opened read-only)"
+                    name = name or embedders.DEFAULT
                 embedder = embedders.load(name, threads=self.threads)
         except EmbedderUnavailable as exc:
             if spec != DEFAULT_EMBEDDER:  # asked for by name: running without it would be a surprise
                 raise
             self._warn_once(f"memdb: embedder unavailable, running keyword-only: {exc}")
             return None, str(exc)
+        if self.read_only:
+            if not connection.vectors_held(self.conn, embedder.name, embedder.dim):
+                return None, f"keyword-only: the file holds no vectors of {embedder.name!r} (opened read-only)"
+            return embedder, None
         connection.ensure_vectors(self.conn, embedder.name, embedder.dim)
         return embedder, None
 
@@ -218,9 +240,10 @@ class Memory:
                     self._llm = endpoint.EndpointLLM(spec)
                 else:
                     self._llm = llama.load_llm(spec, threads=self.threads)
-                with connection.write(self.conn):
-                    connection.set_meta(self.conn, "llm_name", self._llm.name)
-                    connection.set_meta(self.conn, "llm_sha256", self._llm.sha256)
+                if not self.read_only:
+                    with connection.write(self.conn):
+                        connection.set_meta(self.conn, "llm_name", self._llm.name)
+                        connection.set_meta(self.conn, "llm_sha256", self._llm.sha256)
             return self._llm
 
     def _embed(self, texts: list[str], *, query: bool = False) -> np.ndarray | None:
@@ -246,6 +269,27 @@ class Memory:
                 self.copies.expect(found)
         return found
 
+    def _embedder_moved(self) -> bool:
+        """Whether the file now records another embedder than this Memory's: another connection
+        reembedded it. Vectors made with ours would sit beside the new model's, meaning nothing."""
+        return self.embedder is not None and connection.get_meta(self.conn, "embedder_name") != self.embedder.name
+
+    def _follow_embedder(self) -> None:
+        """After a reembed by another connection, use the embedder the file records now (or none,
+        if it cannot load: keyword-only, and its writers fill the vectors in)."""
+        with self._lock:
+            if not self._embedder_moved():
+                return
+            moved_to = connection.get_meta(self.conn, "embedder_name")
+            self._warn_once(f"memdb: {self.path} was moved to the embedder {moved_to!r} by another connection; "
+                            f"following it")
+            self.embedder, self.embedder_error = None, f"the file moved to {moved_to!r}"
+            if moved_to is not None:
+                try:
+                    self.embedder, self.embedder_error = self._load_embedder(DEFAULT_EMBEDDER)
+                except MemdbError as exc:
+                    self.embedder_error = str(exc)
+
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
@@ -262,14 +306,18 @@ class Memory:
         ingest.check_messages says which are skipped). Bad input raises InvalidInput and writes nothing;
         extraction problems never raise here (the turns stay pending or are marked failed).
         """
+        self._check_writable()
         user = self._who(user)
         check_name(session, "session")
         default_ts = parse_ts(ts, "ts") if ts is not None else now()
         turns = check_messages(messages, default_ts)
         if not turns:  # every message was skipped (an image alone): nothing to store
             return []
+        self._follow_embedder()
         vectors_ = embed_turns(turns, self._embed)
         with self._lock, connection.write(self.conn):
+            if self._embedder_moved():  # reembedded by another connection while these were embedded
+                vectors_ = None
             ids = insert_turns(self.conn, user=user, session=session, turns=turns, vectors=vectors_)
         self._backfill()
         if self.extract_mode == "now":
@@ -288,11 +336,13 @@ class Memory:
         Returns counts: turns done/skipped/failed and atoms new/merged/superseded/conflicting.
         Raises ModelError if the model cannot load; bad model output never raises.
         """
+        self._check_writable()
         user = self._who(user) if user is not None or self.user is not None else None
         if turn_ids is not None:
             turn_ids = check_ids(turn_ids, "turn_ids")
         if limit is not None:
-            check_count(limit, "limit")
+            check_count(limit, "limit", most=MAX_ID)  # bound into SQL: a larger one overflows 64 bits
+        self._follow_embedder()
         needs = pipeline.Needs(conn=self.conn, lock=self._lock, settings=self.settings, llm=self.llm,
                                embed=self._embed_atoms, absorb=self._absorb,
                                before_batch=lambda u: self.copies.sync(self.conn, "atoms", u))
@@ -304,7 +354,7 @@ class Memory:
         """Embed up to settings.vector_backfill turns and atoms that were stored without a vector
         (by a keyword-only writer, or while the embedder failed), so search finds them by meaning."""
         budget = self.settings.vector_backfill
-        if self.embedder is None or not budget:
+        if self.embedder is None or not budget or self.read_only:
             return
         with self._lock:
             if connection.get_meta(self.conn, "vectors_missing") != "1" or not connection.has_vectors(self.conn):
@@ -320,6 +370,8 @@ class Memory:
             if found is None:
                 return
             with self._lock, connection.write(self.conn):
+                if self._embedder_moved():
+                    return
                 # Look again under the write lock: another writer may have filled or forgotten some.
                 still = {row[0] for row in rows.missing_vectors(self.conn, table, budget)}
                 for (row_id, user, _), vector in zip(todo, found):
@@ -331,12 +383,28 @@ class Memory:
                     connection.set_meta(self.conn, "vectors_missing", "0")
 
     def _absorb(self, candidate: Candidate, user: str, ts: str, vector: np.ndarray | None) -> str:
+        if self._withheld(candidate):
+            return "withheld"
+        if vector is not None and self._embedder_moved():
+            vector = None  # the file moved to another embedder since it was made: the next writer fills it
         action, _ = absorb(self.conn, user=user, record=candidate.record, confidence=candidate.confidence,
                            turn_ids=candidate.turn_ids, ts=ts, vector=vector, settings=self.settings,
                            copies=self.copies, term_counts=self.term_counts,
                            multilingual=getattr(self.embedder, "multilingual", True),
                            cosine_baseline=self._baseline())
         return action
+
+    def _withheld(self, candidate: Candidate) -> bool:
+        """Whether a candidate must not become an atom, whatever extraction made of it: it names a
+        credential, or a source turn forges a role marker or tells the memory what to store (an
+        instruction inside a turn is its speaker's claim at most). The boundary filter of
+        privacy.py; called inside the batch's transaction."""
+        said = " ".join(str(candidate.record.get(k) or "") for k in ("subject", "predicate", "object", "outcome", "domain"))
+        if privacy.names_secret(said):
+            return True
+        sources = self.conn.execute('select "content" from "turns" where "id" in (select "value" from json_each(?))',
+                                    (json.dumps(list(candidate.turn_ids)),)).fetchall()
+        return any(privacy.forges_role(content) for content, in sources)
 
     def _baseline(self) -> float:
         return getattr(self.embedder, "cosine_baseline", 0.0) if self.embedder is not None else 0.0
@@ -346,6 +414,7 @@ class Memory:
                turn_id: int | None = None) -> dict[str, int]:
         """Delete a user's everything (user=), or one of the user's atoms or turns with what
         derives only from it (atom_id= or turn_id=, scoped to user= or the bound user)."""
+        self._check_writable()
         if (atom_id is not None) + (turn_id is not None) > 1 or (atom_id is None and turn_id is None and user is None):
             raise InvalidInput("forget takes user= alone (everything of that user), or atom_id= or turn_id= "
                                "with the user they belong to")
@@ -395,6 +464,7 @@ class Memory:
 
         L0 and atom text are untouched. Returns the number of vectors written.
         """
+        self._check_writable()
         from .models import embedders
 
         new = embedders.load(embedder, threads=self.threads)
@@ -422,6 +492,10 @@ class Memory:
         """
         user = self._who(user)
         self._check_search_args(query, user, k, layer, fusion, alpha)
+        if len(query) > MAX_QUERY_CHARS:  # a pasted document: its opening says what it is about
+            self._warn_once(f"memdb: a query of more than {MAX_QUERY_CHARS} characters is searched by its first "
+                            f"{MAX_QUERY_CHARS}")
+            query = query[:MAX_QUERY_CHARS]
         if session is not None:  # bound into SQL below: a lone surrogate would raise there
             check_name(session, "session")
         if layer == "scenarios":
@@ -464,6 +538,7 @@ class Memory:
     def _query_vector(self, query: str, user: str, session: str | None) -> np.ndarray | None:
         from .models import embedders
 
+        self._follow_embedder()
         # Fusion is never worse than its better half: vectors of a language the embedder
         # cannot read (MiniLM on Chinese) are noise, so that side gets no weight at all.
         if self.embedder is None or not embedders.reads(self.embedder, query):
@@ -510,7 +585,9 @@ class Memory:
                                    budget=left, count_tokens=self.count_tokens,
                                    evidence=lambda h: contexts.source_turns(self.conn, h),
                                    evidence_for=self.settings.context_evidence if layer == "both" else 0)
-        return [*card, *found]
+        # Raw turns are verbatim: a sentence of one that names a credential is withheld here, so
+        # that it never reaches a prompt (the turn itself stays in L0 until forgotten).
+        return [(privacy.redact(line), hit) for line, hit in [*card, *found]]
 
     def count_tokens(self, line: str) -> int:
         """Tokens of line with the extraction model's tokenizer (an estimate if unavailable)."""
@@ -580,6 +657,7 @@ class Memory:
     def build_layers(self, user: str | None = None) -> dict[str, int]:
         """Place the atoms that are in no scenario yet (a file made before scenarios existed)
         and rank the persona card, for one user or every user of the file. Returns counts."""
+        self._check_writable()
         users = [self._who(user)] if user is not None or self.user is not None else \
             [r[0] for r in self.conn.execute('select distinct "user" from "atoms" order by 1')]
         placed = 0
@@ -656,6 +734,11 @@ class Memory:
         with self._lock:
             self.closed = True
             self.conn.close()
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise MemdbError(f"this Memory ({self.path!r}) was opened read_only=True; open it again without it "
+                             "to write")
 
     def _check_open(self) -> None:
         # Without this a closed Memory's search() logged "connection has been closed" and
