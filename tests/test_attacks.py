@@ -366,6 +366,27 @@ def test_names_that_print_as_nothing_or_as_another_are_refused(mem, name):
         mem.add([{"content": "hello", "name": name}], user="ana")
 
 
+# ---------------------------------------------------------------- forget in place on a large index
+
+
+def test_an_in_place_forget_leaves_no_prefix_of_the_term_in_the_idx_table(mem):
+    # After an optimize the index is one segment of many leaf pages; %_idx keys each page by the
+    # shortest prefix of its first term. Forgetting the one turn with such a term, in place
+    # (secure-delete), removed the term from the leaf but kept its prefix as the page's key.
+    letters = "bcdfghjklmnpqrstvwxz"
+    words = ["".join(letters[(i * 7 + j * 13 + i // 20) % 20] for j in range(9)) + f"q{i}" for i in range(3000)]
+    ids = mem.add([{"content": f"note {w}"} for w in words], user="bob")
+    mem.conn.execute("insert into turns_fts (turns_fts) values ('optimize')")
+    keys = [bytes(r[0])[1:].decode() for r in mem.conn.execute("select term from turns_fts_idx where length(term) > 1")]
+    owners = {key: [i for i, w in zip(ids, words) if w.startswith(key)] for key in keys}
+    key, (turn_id,) = next((k, v) for k, v in owners.items() if len(v) == 1)
+    mem.forget(user="bob", turn_id=turn_id)
+    left = [bytes(r[0])[1:].decode() for r in mem.conn.execute("select term from turns_fts_idx")]
+    assert [] == [k for k in left if k and words[ids.index(turn_id)].startswith(k)
+                  and not any(w.startswith(k) for i, w in zip(ids, words) if i != turn_id)]
+    assert f"note {words[0]}" == mem.search(words[0], user="bob", layer="turns")[0].text  # the index still answers
+
+
 # ---------------------------------------------------------------- a refused file keeps its bytes
 
 
