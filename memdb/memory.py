@@ -103,6 +103,9 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
         raise InvalidInput(f"llm must be a GGUF path or an object with complete(), not {type(llm).__name__}")
     if not isinstance(read_only, bool):
         raise InvalidInput(f"read_only must be True or False, not {read_only!r}")
+    if not read_only and _on_read_only_disk(os.fspath(path)):  # it could not be opened any other way
+        log.warning("memdb: %s is on a read-only file system: opened read-only", os.fspath(path))
+        read_only = True
     try:
         conn = connection.connect(os.fspath(path), read_only=read_only)
         try:
@@ -130,6 +133,16 @@ _ADVICE: list[tuple[tuple[type[apsw.Error], ...], str]] = [
                                             "from a backup"),
     ((apsw.TooBigError,), "was asked for more than SQLite takes in one statement; pass fewer ids or shorter text"),
 ]
+
+
+def _on_read_only_disk(path: str) -> bool:
+    """Whether path is an existing file on a file system mounted read-only."""
+    if path == ":memory:" or path.startswith("file:") or not os.path.isfile(path):
+        return False
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+    except (AttributeError, OSError):  # no statvfs (Windows)
+        return False
 
 
 def file_error(path: str, exc: apsw.Error) -> MemdbError:
@@ -737,8 +750,8 @@ class Memory:
 
     def _check_writable(self) -> None:
         if self.read_only:
-            raise MemdbError(f"this Memory ({self.path!r}) was opened read_only=True; open it again without it "
-                             "to write")
+            raise MemdbError(f"this Memory ({self.path!r}) is read-only (opened with read_only=True, or its file is "
+                             "on a read-only disk); nothing was written")
 
     def _check_open(self) -> None:
         # Without this a closed Memory's search() logged "connection has been closed" and

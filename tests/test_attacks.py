@@ -224,7 +224,7 @@ def test_read_only_commands_write_nothing_to_a_keyword_only_file(tmp_path, capsy
     assert before == _file_state(db)
     with memdb.open(db, embedder=None, read_only=True) as mem:
         assert mem.conn.execute("select count(*) from sqlite_schema where name like '%vec%'").fetchone() == (0,)
-        with pytest.raises(memdb.MemdbError, match="opened read_only=True"):
+        with pytest.raises(memdb.MemdbError, match="is read-only"):
             mem.add([{"content": "x"}], user="ana")
 
 
@@ -241,6 +241,10 @@ def test_a_file_on_a_read_only_disk_is_searched_as_it_is(tmp_path, capsys):
         with memdb.open(view / "ro.db", embedder=HashEmbedder(), read_only=True) as mem:
             assert ["The boiler was serviced in March."] == [h.text for h in mem.search("boiler", user="ana")]
             assert mem.embedder is not None  # the file's own vectors, searched by meaning too
+        with memdb.open(view / "ro.db", embedder=HashEmbedder()) as mem:  # seen to be on a read-only disk
+            assert (True, 1) == (mem.read_only, len(mem.search("boiler", user="ana", layer="turns")))
+            with pytest.raises(memdb.MemdbError, match="on a read-only disk"):
+                mem.add([{"content": "x"}], user="ana")
 
 
 # ---------------------------------------------------------------- reembed by another connection
