@@ -655,7 +655,9 @@ class Memory:
         user = self._who(user)
         budget = self.settings.persona_tokens if budget is None else check_count(budget, "budget")
         with self._lock:
-            return "\n".join(personas.render(layers.card(self.conn, user), budget, self.count_tokens))
+            lines = personas.render(layers.card(self.conn, user), budget, self.count_tokens)
+        # Prompt-ready as context() is: an atom stored before privacy.py existed may name a credential.
+        return "\n".join(privacy.redact(line) for line in lines)
 
     @_file_errors
     def scenarios(self, user: str | None = None, *, limit: int = 20) -> list[Scenario]:
