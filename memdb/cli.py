@@ -199,8 +199,8 @@ def _open(args: argparse.Namespace, **kw: Any) -> memdb.Memory:
     # One command, one search: loading a large user's vectors into memory (cache.py) would
     # cost more than the one vec0 KNN it replaces.
     settings = memdb.Settings(vector_copy_mb=0, keyword_copy_mb=0)
-    # A command that only reads writes nothing: no vector tables for a keyword-only file, no
-    # -wal or -shm (a file on a read-only disk is read as it is).
+    # A command that only reads writes nothing to the file: no vector tables bound to e5 for a
+    # keyword-only file, no migration; a file on a read-only disk is read as it is.
     read_only = args.read_only and args.db != ":memory:" and not getattr(args, "build", False)
     return memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads,
                       settings=settings, read_only=read_only, **kw)

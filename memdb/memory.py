@@ -346,7 +346,8 @@ class Memory:
                 progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
         """Extract atoms from pending turns (all, one user's, or the given ids), resumable.
 
-        Returns counts: turns done/skipped/failed and atoms new/merged/superseded/conflicting.
+        Returns counts: turns done/skipped/failed and atoms new/merged/superseded/conflicting
+        (and withheld: candidates privacy.py kept out, a credential or a forged instruction).
         Raises ModelError if the model cannot load; bad model output never raises.
         """
         self._check_writable()
