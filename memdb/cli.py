@@ -16,6 +16,7 @@ from typing import Any
 
 import memdb
 
+from .db.connection import NeedsUpgrade
 from .errors import InvalidInput, MemdbError
 
 MAX_ID = 2**63 - 1  # SQLite's largest rowid: a larger id names no row and cannot be bound
@@ -202,8 +203,11 @@ def _open(args: argparse.Namespace, **kw: Any) -> memdb.Memory:
     # A command that only reads writes nothing to the file: no vector tables bound to e5 for a
     # keyword-only file, no migration; a file on a read-only disk is read as it is.
     read_only = args.read_only and args.db != ":memory:" and not getattr(args, "build", False)
-    return memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads,
-                      settings=settings, read_only=read_only, **kw)
+    try:
+        return memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads,
+                          settings=settings, read_only=read_only, **kw)
+    except NeedsUpgrade:  # a file from an older memdb: any open migrates it, as it always did
+        return memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads, settings=settings, **kw)
 
 
 def _out(args: argparse.Namespace, data: Any, human: str) -> None:

@@ -228,6 +228,23 @@ def test_read_only_commands_write_nothing_to_a_keyword_only_file(tmp_path, capsy
             mem.add([{"content": "x"}], user="ana")
 
 
+def test_a_read_only_open_of_an_older_file_asks_for_an_upgrade_and_the_cli_still_migrates(tmp_path, capsys):
+    from memdb.db import connection
+    from tests.test_store import _drop_layers
+
+    db = tmp_path / "v3.db"
+    with memdb.open(db, embedder=None, extract="defer") as mem:
+        mem.add([{"content": "We deploy on Fridays."}], user="ana")
+        _drop_layers(mem.conn)
+        mem.conn.execute("pragma user_version = 3")
+    with pytest.raises(memdb.SchemaError, match="open it once for writing to upgrade it"):
+        memdb.open(db, embedder=None, read_only=True)
+    assert 0 == cli.main(["search", str(db), "-u", "ana", "deploy"])  # as before: any open migrates
+    assert "We deploy on Fridays." in capsys.readouterr().out
+    with memdb.open(db, embedder=None, read_only=True) as mem:
+        assert connection.SCHEMA_VERSION == mem.conn.execute("pragma user_version").fetchone()[0]
+
+
 def test_a_file_on_a_read_only_disk_is_searched_as_it_is(tmp_path, capsys):
     files, view = tmp_path / "files", tmp_path / "view"
     files.mkdir()

@@ -29,6 +29,10 @@ SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 30_000
 
 
+class NeedsUpgrade(SchemaError):
+    """A read-only open of a file from an older memdb: only a writable open migrates it."""
+
+
 def schema_sql() -> str:
     """The text of schema.sql as shipped in the package."""
     return importlib.resources.files("memdb").joinpath("schema.sql").read_text(encoding="utf-8")
@@ -136,7 +140,7 @@ def _connect_read_only(path: str, busy_timeout_ms: int) -> apsw.Connection:
                     "checkpointed are not seen", path)
     if conn.execute("pragma user_version").fetchone()[0] != SCHEMA_VERSION:
         conn.close()
-        raise SchemaError(f"{path!r} has an older memdb schema; open it once for writing to upgrade it")
+        raise NeedsUpgrade(f"{path!r} has an older memdb schema; open it once for writing to upgrade it")
     conn.execute("pragma foreign_keys = on")
     return conn
 
