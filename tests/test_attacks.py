@@ -319,6 +319,16 @@ def test_hand_edited_rows_are_read_not_raised(hand_edited, embedder):
         assert {"turns": 1, "atoms": 1} == mem.forget(user="ana", turn_id=ids[0])
 
 
+def test_hand_edited_meta_counters_do_not_stop_a_forget(hand_edited, embedder):
+    db, ids, _ = hand_edited
+    conn = apsw.Connection(str(db))
+    conn.execute("update meta set value = 'many' where key = 'vectors_epoch'")
+    conn.execute("insert or replace into meta values ('scenarios_high_id', 'lots')")
+    conn.close()
+    with memdb.open(db, embedder=embedder, extract="defer") as mem:
+        assert {"turns": 2, "atoms": 2} == mem.forget(user="ana")
+
+
 def test_a_hand_edited_embedder_dimension_is_a_schema_error_naming_the_fix(hand_edited, embedder):
     db, _, _ = hand_edited
     conn = apsw.Connection(str(db))

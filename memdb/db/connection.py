@@ -223,6 +223,15 @@ def get_meta(conn: apsw.Connection, key: str) -> str | None:
     return row[0] if row else None
 
 
+def meta_int(conn: apsw.Connection, key: str) -> int:
+    """A counter kept in meta; 0 when missing or not a number (a hand edit), so it restarts."""
+    try:
+        return int(get_meta(conn, key) or 0)
+    except ValueError:
+        log.warning("memdb: meta.%s is not a number; counted from 0", key)
+        return 0
+
+
 def set_meta(conn: apsw.Connection, key: str, value: str | None) -> None:
     conn.execute(
         'insert into "meta" ("key", "value") values (?, ?) '
@@ -294,5 +303,5 @@ def create_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
 def vectors_changed(conn: apsw.Connection) -> None:
     """Record that vectors were deleted or rebuilt, not only added: in-process copies of
     them (cache.py) reload instead of appending. Call inside write()."""
-    epoch = int(get_meta(conn, "vectors_epoch") or 0)
+    epoch = meta_int(conn, "vectors_epoch")
     set_meta(conn, "vectors_epoch", str(epoch + 1))
