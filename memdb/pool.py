@@ -52,6 +52,8 @@ class Pool:
             raise InvalidInput(f"max_open must be a positive integer, not {max_open!r}")
         if not isinstance(copies_mb, (int, float)) or isinstance(copies_mb, bool) or copies_mb < 0:
             raise InvalidInput(f"copies_mb must be a non-negative number of megabytes, not {copies_mb!r}")
+        if settings is not None and not isinstance(settings, Settings):
+            raise InvalidInput(f"settings must be a memdb.Settings, not {type(settings).__name__}")
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
             raise InvalidInput(f"{str(self.directory)!r} is a file, not a directory; a Pool keeps one file "

@@ -351,6 +351,11 @@ def test_a_pool_on_a_file_path_is_refused_with_a_memdb_error(tmp_path):
         memdb.Pool(tmp_path / "tenants" / "inside", embedder=None)
 
 
+def test_a_pool_refuses_settings_that_are_not_settings(tmp_path):
+    with pytest.raises(memdb.InvalidInput, match="settings must be a memdb.Settings"):
+        memdb.Pool(tmp_path, embedder=None, settings="fast")
+
+
 def test_a_pool_opens_each_file_with_its_own_embedder_loaded_once(tmp_path, monkeypatch):
     from memdb.models import embedders
 
