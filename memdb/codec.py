@@ -22,12 +22,15 @@ SENTIMENTS = {"neutral": 0, "like": 1, "dislike": 2}
 STATUSES = {"active": 0, "superseded": 1, "conflicting": 2}
 ROLES = {"user": 0, "assistant": 1, "system": 2, "tool": 3}
 STATES = {"pending": 0, "done": 1, "skipped": 2, "failed": 3}
+# Whether a note's attribute holds, no longer holds ("stopped being vegetarian") or never did.
+POLARITIES = {"holds": 0, "ended": 1, "never": 2}
 
 KIND_NAMES = {code: name for name, code in KINDS.items()}
 SENTIMENT_NAMES = {code: name for name, code in SENTIMENTS.items()}
 STATUS_NAMES = {code: name for name, code in STATUSES.items()}
 ROLE_NAMES = {code: name for name, code in ROLES.items()}
 STATE_NAMES = {code: name for name, code in STATES.items()}
+POLARITY_NAMES = {code: name for name, code in POLARITIES.items()}
 
 
 def codes(table: dict[str, int], *names: str) -> str:
@@ -51,9 +54,12 @@ SHORT_KEYS = {
     "when": "w",        # the time expression as said ("last Wednesday")
     "outcome": "x",     # an event's result, optional
     "lang": "l",        # "en" or "zh": the language the atom is written in
+    "attribute": "a",   # the slot it fills: a canonical key ("lives_in", "likes", "favourite_drink")
+    "value": "v",       # the slot's value ("Porto", "vegetarian")
+    "polarity": "n",    # POLARITIES code: holds (left out), ended, never
 }
 LONG_KEYS = {short: long for long, short in SHORT_KEYS.items()}
-TEXT_FIELDS = ("subject", "predicate", "object", "domain", "date", "when", "outcome", "lang")
+TEXT_FIELDS = ("subject", "predicate", "object", "domain", "date", "when", "outcome", "lang", "attribute", "value")
 MAX_FIELD_CHARS = 300
 
 
@@ -86,6 +92,11 @@ def validate(record: dict) -> dict:
         raise InvalidInput(f"atom field 'sentiment' must be one of {', '.join(SENTIMENTS)}, not {sentiment!r}")
     if sentiment != "neutral":
         clean["sentiment"] = sentiment
+    polarity = record.get("polarity", "holds")
+    if polarity not in POLARITIES:
+        raise InvalidInput(f"atom field 'polarity' must be one of {', '.join(POLARITIES)}, not {polarity!r}")
+    if polarity != "holds":
+        clean["polarity"] = polarity
     return clean
 
 
@@ -97,6 +108,8 @@ def pack(record: dict) -> bytes:
             value = KINDS[value]
         elif field == "sentiment":
             value = SENTIMENTS[value]
+        elif field == "polarity":
+            value = POLARITIES[value]
         short[SHORT_KEYS[field]] = value
     return msgpack.packb(short, use_bin_type=True)
 
@@ -123,6 +136,8 @@ def unpack(blob: bytes) -> dict:
             value = KIND_NAMES.get(value) if isinstance(value, int) else None
         elif field == "sentiment":
             value = SENTIMENT_NAMES.get(value) if isinstance(value, int) else None
+        elif field == "polarity":
+            value = POLARITY_NAMES.get(value) if isinstance(value, int) else None
         elif not isinstance(value, str):
             value = None
         if field is None or value is None:

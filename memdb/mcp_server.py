@@ -1,8 +1,9 @@
 """The MCP server: one open memdb file served to an MCP client (Claude Desktop, Cursor, …) over
-stdio, with the official `mcp` SDK (`pip install 'memdb[mcp]'`), imported only here.
+stdio, with the official `mcp` SDK (`pip install 'memdb-sqlite[mcp]'`), imported only here.
 
 Tools only, no resources or prompts: an agent reaches memory by calling it, and every read
-(recall, context, profile, persona, events) takes arguments that a fixed resource URI could not carry.
+(recall, context, profile, persona, events, history, show) takes arguments that a fixed
+resource URI could not carry.
 A server started with a user serves that user alone; without one, every call names its user.
 """
 
@@ -13,13 +14,13 @@ import functools
 from typing import Any
 
 from . import __version__, privacy
-from .errors import InvalidInput, MemdbError
+from .errors import InvalidInput, MemdbError, NotFound
 from .memory import Memory
 
 INSTRUCTIONS = """Long-term memory of the user across conversations.
 Call `context` with the user's message before you answer, and `remember` with the user's
-message (and your reply) after; `recall` finds specific memories with their ids, `forget`
-deletes one on request."""
+message (and your reply) after; `recall` finds specific memories with their ids, `show` and
+`history` explain where one came from and how it changed, `forget` deletes one on request."""
 
 
 def build(mem: Memory, *, user: str | None = None) -> Any:
@@ -28,7 +29,7 @@ def build(mem: Memory, *, user: str | None = None) -> Any:
         from mcp.server.mcpserver import MCPServer
         from mcp.server.mcpserver.exceptions import ToolError
     except ImportError as exc:
-        raise MemdbError(f"the MCP server needs the mcp package (2.x): pip install 'memdb[mcp]' ({exc})") from None
+        raise MemdbError(f"the MCP server needs the mcp package (2.x): pip install 'memdb-sqlite[mcp]' ({exc})") from None
 
     server = MCPServer("memdb", instructions=INSTRUCTIONS, version=__version__)
 
@@ -52,10 +53,15 @@ def build(mem: Memory, *, user: str | None = None) -> Any:
         return fn
 
     @tool
-    def remember(messages: list[dict[str, Any]], session: str = "mcp", user: str | None = None) -> dict[str, Any]:
+    def remember(messages: list[dict[str, Any]], name: str | None = None, ts: str | None = None,
+                 session: str = "mcp", user: str | None = None) -> dict[str, Any]:
         """Store messages of the conversation, e.g. [{"role": "user", "content": "I moved to Lisbon"}],
-        and extract what is worth remembering from them. Returns the stored turn ids."""
-        return {"turn_ids": mem.add(messages, user=whose(user), session=session)}
+        and extract what is worth remembering from them. name: the user's name as they call
+        themselves (default: the user this memory is for), so memories read "Ines moved to
+        Lisbon" rather than "user moved"; ts: when it was said (ISO 8601, default now).
+        Returns the stored turn ids."""
+        who = whose(user)
+        return {"turn_ids": mem.add(_named(messages, name or who), user=who, session=session, ts=ts)}
 
     @tool
     def recall(query: str, k: int = 5, user: str | None = None) -> list[dict[str, Any]]:
@@ -85,6 +91,19 @@ def build(mem: Memory, *, user: str | None = None) -> Any:
         return [_atom(a) for a in mem.events(whose(user), since=since, until=until)]
 
     @tool
+    def history(atom_id: int, user: str | None = None) -> list[dict[str, Any]]:
+        """Every version of the memory atom_id belongs to, oldest first: what it was, what replaced
+        it (superseded_by) and when (valid_to), each with the turns it came from. Explains why a
+        memory changed."""
+        return [_version(a) for a in mem.history(atom_id, user=whose(user))]
+
+    @tool
+    def show(atom_id: int | None = None, turn_id: int | None = None, user: str | None = None) -> dict[str, Any]:
+        """One memory (atom_id, from recall) with its record and the turns it came from, or one
+        stored turn (turn_id) as it was said. Explains where a memory came from."""
+        return _show(mem, whose(user), atom_id=atom_id, turn_id=turn_id)
+
+    @tool
     def forget(atom_id: int | None = None, turn_id: int | None = None, everything: bool = False,
                user: str | None = None) -> dict[str, int]:
         """Delete one memory (atom_id, from recall), one stored turn (turn_id) with what came only
@@ -106,6 +125,32 @@ def _forget(mem: Memory, user: str, *, atom_id: int | None, turn_id: int | None,
         return mem.forget(user=user)
     # Scoped to the user: another user's id is NotFound, never deleted.
     return mem.forget(user=user, atom_id=atom_id, turn_id=turn_id)
+
+
+def _named(messages: Any, name: str) -> Any:
+    """The user's messages with the speaker's name where the agent sent none: an agent seldom
+    sends one, and atoms then said "user ..." beside "Ines ..." for the same person."""
+    if not isinstance(messages, list):
+        return messages  # add() says what is wrong with it
+    return [{**m, "name": name} if isinstance(m, dict) and m.get("role", "user") == "user" and not m.get("name")
+            else m for m in messages]
+
+
+def _show(mem: Memory, user: str, *, atom_id: int | None, turn_id: int | None) -> dict[str, Any]:
+    if (atom_id is None) == (turn_id is None):
+        raise InvalidInput("show takes exactly one of atom_id, turn_id")
+    if atom_id is not None:  # scoped to the user: another user's id is NotFound
+        atom = mem.get(atom_id, user=user)
+        return {**_version(atom), "record": atom.record, "sources": mem.turns(atom.turn_ids, user=user)}
+    turns = mem.turns([turn_id], user=user)
+    if not turns:
+        raise NotFound(f"no turn with id {turn_id} for user {user!r}")
+    return turns[0]
+
+
+def _version(atom: Any) -> dict[str, Any]:
+    return {**_atom(atom), "confidence": atom.confidence, "seen": atom.seen, "first_seen": atom.first_seen,
+            "last_seen": atom.last_seen, "valid_to": atom.valid_to, "superseded_by": atom.superseded_by}
 
 
 def _hit(hit: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import date
+from datetime import date, datetime
 from typing import Any, Literal, TypeVar, cast
 
 import apsw
@@ -24,17 +24,14 @@ from .db import connection, forget as forgetting, layers, rows
 from .db.layers import Scenario
 from .db.rows import Atom, Hit
 from .errors import EmbedderUnavailable, InvalidInput, MemdbError, NotFound, SearchError
-from .extraction import pipeline
-from .extraction.records import Candidate
 from .index import copyfiles, vectors
 from .index.copies import VectorCopies
 from .index.keywords import KeywordCopies
 from .index.fts import TermCounts
 from .ingest import check_messages, embed_turns, insert_turns
 from .lifecycle import persona as personas, scenarios as placing
-from .lifecycle.absorb import absorb
 from .models.protocols import LLM, Embedder
-from .search import context as contexts, scenarios as scenario_search
+from .search import context as contexts, relevance, scenarios as scenario_search
 from .search.fusion import LAYERS, search as fused_search
 from .settings import FUSIONS, Settings
 from .vecmath import unit
@@ -179,7 +176,8 @@ def _file_errors(method: Method) -> Method:
 
 
 class Memory:
-    """One open memdb file. Safe to share between threads; one model call at a time."""
+    """One open memdb file. Safe to share between threads; one model call at a time, and reads
+    never wait for it (the model runs outside the connection's lock)."""
 
     def __init__(self, conn: apsw.Connection, path: str, *, embedder: EmbedderSpec, llm: LLMSpec,
                  extract: str, threads: int | None, settings: Settings, user: str | None = None,
@@ -196,7 +194,10 @@ class Memory:
         given = llm if hasattr(llm, "complete") else None
         self._llm_spec = None if given else (os.fspath(llm) if llm else os.environ.get("MEMDB_LLM") or None)
         self._llm: Any = given
-        self._lock = threading.RLock()
+        self._llm_recorded = False
+        self._lock = threading.RLock()  # the connection and the in-memory copies; never held over a model call
+        self._llm_lock = threading.Lock()  # making the model
+        self._model_lock = threading.Lock()  # one model call at a time per Memory
         self._warned: set[str] = set()
         self.embedder, self.embedder_error = self._load_embedder(embedder)
         self.copies = VectorCopies(
@@ -243,21 +244,35 @@ class Memory:
         return embedder, None
 
     def llm(self) -> LLM:
-        """The extraction model, loaded on first use (raises ModelError if it cannot load)."""
-        with self._lock:
+        """The extraction model, loaded on first use (raises ModelError if it cannot load).
+        Started outside the Memory's lock: reads never wait for a model to start or load."""
+        with self._llm_lock:
             if self._llm is None:
-                from .models import endpoint, llama
-
-                spec = self._llm_spec
-                if spec and spec.startswith(("http://", "https://")):  # an OpenAI-compatible server
-                    self._llm = endpoint.EndpointLLM(spec)
-                else:
-                    self._llm = llama.load_llm(spec, threads=self.threads)
-                if not self.read_only:
-                    with connection.write(self.conn):
-                        connection.set_meta(self.conn, "llm_name", self._llm.name)
-                        connection.set_meta(self.conn, "llm_sha256", self._llm.sha256)
+                self._llm = self._make_llm()
+            # A read-only open writes nothing: the model is recorded by the next writer.
+            if not self._llm_recorded and not self.read_only:  # a model given as an object is recorded too (memdb stats: llm)
+                name, digest = self._llm.name, self._llm.sha256  # a worker starts here and verifies the file
+                with self._lock, connection.write(self.conn):
+                    connection.set_meta(self.conn, "llm_name", name)
+                    connection.set_meta(self.conn, "llm_sha256", digest)
+                self._llm_recorded = True
             return self._llm
+
+    def _make_llm(self) -> LLM:
+        """The model open() named: an endpoint for a URL, else a GGUF (the bundled one by
+        default) in a worker process of its own (Settings.model_worker)."""
+        from .models import endpoint, llama, worker
+
+        spec = self._llm_spec
+        if spec and spec.startswith(("http://", "https://")):  # an OpenAI-compatible server
+            return endpoint.EndpointLLM(spec, model=os.environ.get("MEMDB_LLM_MODEL") or None)
+        extra = self.settings.model_extra_buffers
+        local = llama.load_llm(spec, threads=self.threads, extra_bufts=extra)  # cheap: checks the file is there
+        if not self.settings.model_worker:
+            return local
+        return worker.shared(("llama", spec, local.threads, extra),
+                             functools.partial(llama.load_llm, spec, threads=local.threads, extra_bufts=extra),
+                             timeout=self.settings.model_timeout, label=local.name)
 
     def _embed(self, texts: list[str], *, query: bool = False) -> np.ndarray | None:
         if self.embedder is None or not texts:
@@ -357,9 +372,14 @@ class Memory:
         if limit is not None:
             check_count(limit, "limit", most=MAX_ID)  # bound into SQL: a larger one overflows 64 bits
         self._follow_embedder()
+        # Imported here: a process that only searches (the CLI) never needs extraction, and
+        # its modules compile a hundred patterns at import (bench/cli_latency.py).
+        from .extraction import pipeline
+
         needs = pipeline.Needs(conn=self.conn, lock=self._lock, settings=self.settings, llm=self.llm,
                                embed=self._embed_atoms, absorb=self._absorb,
-                               before_batch=lambda u: self.copies.sync(self.conn, "atoms", u))
+                               before_batch=lambda u: self.copies.sync(self.conn, "atoms", u),
+                               model_lock=self._model_lock)
         counts = pipeline.run(needs, user=user, turn_ids=turn_ids, limit=limit, progress=progress)
         self._backfill()
         return counts
@@ -396,7 +416,10 @@ class Memory:
                 if not any(rows.missing_vectors(self.conn, t, 1) for t in ("turns", "atoms")):
                     connection.set_meta(self.conn, "vectors_missing", "0")
 
-    def _absorb(self, candidate: Candidate, user: str, ts: str, vector: np.ndarray | None) -> str:
+    def _absorb(self, candidate: Any, user: str, ts: str, vector: np.ndarray | None) -> str:
+        """Absorb one extracted candidate (extraction.records.Candidate) into the user's atoms."""
+        from .lifecycle.absorb import absorb
+
         if self._withheld(candidate):
             return "withheld"
         if vector is not None and self._embedder_moved():
@@ -408,7 +431,7 @@ class Memory:
                            cosine_baseline=self._baseline())
         return action
 
-    def _withheld(self, candidate: Candidate) -> bool:
+    def _withheld(self, candidate: Any) -> bool:
         """Whether a candidate must not become an atom, whatever extraction made of it: it names a
         credential, or a source turn forges a role marker or tells the memory what to store (an
         instruction inside a turn is its speaker's claim at most). The boundary filter of
@@ -520,7 +543,7 @@ class Memory:
         qvec = self._query_vector(query, user, session)
         args = dict(user=user, k=k, layer=layer, settings=self.settings, fusion=fusion, alpha=alpha,
                     include_superseded=include_superseded, copies=self.copies, term_counts=self.term_counts,
-                    keywords=self.keywords, cosine_baseline=getattr(self.embedder, "cosine_baseline", 0.0))
+                    keywords=self.keywords, cosine_baseline=self._query_baseline(qvec))
         with self._lock:
             try:
                 return fused_search(self.conn, query, query_vector=qvec, **args)
@@ -548,6 +571,19 @@ class Memory:
             raise InvalidInput(f"fusion must be one of {', '.join(FUSIONS)}, not {fusion!r}")
         if alpha is not None and not (isinstance(alpha, (int, float)) and 0 <= alpha <= 1):
             raise InvalidInput(f"alpha must be a number from 0 to 1, not {alpha!r}")
+
+    def _query_baseline(self, qvec: np.ndarray | None) -> float:
+        """The cosine of unrelated texts for this query vector (search/relevance.py), never
+        below the embedder's constant: a query close to everything (nonsense) is measured from
+        higher up, a plain question from the constant (bench/context_floor.py)."""
+        fixed = getattr(self.embedder, "cosine_baseline", 0.0)
+        if qvec is None or not self.settings.query_baseline:
+            return fixed
+        try:
+            return max(fixed, relevance.baseline(self.embedder, qvec))
+        except Exception as exc:  # an embedder that fails here: the constant still works
+            self._warn_once(f"memdb: per-query relevance baseline unavailable, using {fixed}: {exc}")
+            return fixed
 
     def _query_vector(self, query: str, user: str, session: str | None) -> np.ndarray | None:
         from .models import embedders
@@ -588,20 +624,30 @@ class Memory:
             raise InvalidInput('context takes layer "atoms", "turns" or "both"; for scenario blocks pass scenarios=True')
         user = self._who(user)
         hits = self.search(query, user=user, k=k, layer=layer, session=session)
+        top = max((h.score for h in hits), default=0.0)
+        hits = [h for h in hits if h.score >= self.settings.context_min_share * top]
+        header = self.settings.context_header
+        header_cost = self.count_tokens(header + "\n") if header else 0
         with self._lock:
             card = [(f"persona · {line}", None) for line in personas.render(
-                layers.card(self.conn, user), min(budget, self.settings.persona_tokens),
-                lambda line: self.count_tokens("persona · " + line))] if persona else []
-            left = budget - sum(self.count_tokens(line + "\n") for line, _ in card)
+                layers.card(self.conn, user), min(budget - header_cost, self.settings.persona_tokens),
+                lambda line: self.count_tokens("persona · " + line))] if persona and budget > header_cost else []
+            left = budget - header_cost - sum(self.count_tokens(line + "\n") for line, _ in card)
             if scenarios:
                 hits = scenario_search.blocks(self.conn, hits, self.settings)
             found = contexts.lines(hits, lambda h: contexts.related_atoms(self.conn, h),
                                    budget=left, count_tokens=self.count_tokens,
-                                   evidence=lambda h: contexts.source_turns(self.conn, h),
-                                   evidence_for=self.settings.context_evidence if layer == "both" else 0)
+                                   evidence=lambda h: self._evidence(h),
+                                   evidence_for=self.settings.context_evidence if layer == "both" else 0,
+                                   replaced=lambda h: contexts.replaced_by(self.conn, h)) if left > 0 else []
         # Raw turns are verbatim: a sentence of one that names a credential is withheld here, so
         # that it never reaches a prompt (the turn itself stays in L0 until forgotten).
-        return [(privacy.redact(line), hit) for line, hit in [*card, *found]]
+        lines = [(privacy.redact(line), hit) for line, hit in [*card, *found]]
+        return [(header, None), *lines] if lines and header else lines
+
+    def _evidence(self, hit: Hit) -> list[Hit]:
+        # The assistant's pleasantries never come in as evidence either.
+        return [h for h in contexts.source_turns(self.conn, hit) if not relevance.pleasantry(h.role, h.text)]
 
     def count_tokens(self, line: str) -> int:
         """Tokens of line with the extraction model's tokenizer (an estimate if unavailable)."""
@@ -641,12 +687,29 @@ class Memory:
     @_file_errors
     def events(self, user: str | None = None, *, since: TimeLike | None = None,
                until: TimeLike | None = None) -> list[Atom]:
-        """The event index: active events in time order, with resolved dates."""
+        """The event index: active events in time order, with resolved dates. since and until:
+        ISO 8601, a date, or a relative date ("yesterday", "3 days ago", "上周三") resolved from
+        the user's latest turn, as a query's are."""
         user = self._who(user)
-        since = parse_ts(since, "since")[:10] if since is not None else "0000"
-        until = parse_ts(until, "until") if until is not None else "9999"
         with self._lock:
+            since = self._when(since, "since", user)[:10] if since is not None else "0000"
+            until = self._when(until, "until", user) if until is not None else "9999"
             return rows.events(self.conn, user, since, until)
+
+    def _when(self, value: TimeLike, field: str, user: str) -> str:
+        """An ISO time, or a relative date ("yesterday", "last week", "上周三") resolved as
+        search resolves one: from the user's latest turn. A relative "until" covers its whole
+        day, month or year."""
+        if not isinstance(value, str) or _iso(value):
+            return parse_ts(value, field)  # its own errors: out of range, and the like
+        from . import timeparse
+        from .search.fusion import user_now
+
+        resolved = timeparse.resolve(value.strip(), user_now(self.conn, user)) if value.strip() else None
+        if resolved is None:
+            raise InvalidInput(f"{field} {value[:40]!r} is neither an ISO 8601 time such as 2026-10-05 nor a "
+                               "date such as yesterday, last week or 3 days ago")
+        return resolved if field == "since" else resolved + "~"  # "~" sorts after any time of that day
 
     @_file_errors
     def persona(self, user: str | None = None, *, budget: int | None = None) -> str:
@@ -713,12 +776,15 @@ class Memory:
         Pending and failed turns are left out: they have no validated answer yet."""
         user = self._who(user)
         with self._lock:
-            turns = rows.session_turns(self.conn, user)
+            turns = rows.session_turns(self.conn, user)  # in time order: a dataset reads as it was said
         shown = self.settings.extract_history
-        for i, turn in enumerate(turns):
+        said: dict[str, list[dict]] = {}  # each session's turns so far
+        for turn in turns:
+            earlier = said.setdefault(turn["session"], [])
+            before = earlier[-shown:] if shown else []
+            earlier.append(turn)
             if turn["state"] not in ("done", "skipped"):
                 continue
-            before = [t for t in turns[max(0, i - shown):i] if t["session"] == turn["session"]]
             with self._lock:
                 atoms = rows.atoms_from_turn(self.conn, turn["id"])
             yield {"type": "pair", "turn": turn,
@@ -727,21 +793,39 @@ class Memory:
                              for a in atoms]}
 
     @_file_errors
+    def session_turns(self, session: str, *, user: str | None = None) -> list[dict[str, Any]]:
+        """One session's turns of the user, in the order they were said (what a chat history
+        shows), read by session rather than through the whole export."""
+        user = self._who(user)
+        check_name(session, "session")
+        with self._lock:
+            return rows.session_turns(self.conn, user, session)
+
+    @_file_errors
+    def users(self) -> list[dict[str, Any]]:
+        """Every user the file holds, by name: turns, atoms and the time of the latest turn.
+        Names only the users; reading any of their rows still takes user=."""
+        with self._lock:
+            return rows.users(self.conn)
+
+    @_file_errors
     def stats(self, user: str | None = None) -> dict[str, Any]:
-        """Counts, sizes and token figures (for one user, or the whole file when neither user=
-        nor a bound user is given)."""
+        """What the file holds (for one user, or the whole file when neither user= nor a bound
+        user is given): counts by state, sizes, the embedder and the model the file records.
+        keyword_only and embedder_error are about this Memory: whether it searches without
+        vectors, and why."""
         user = self._who(user) if user is not None or self.user is not None else None
         with self._lock:
             counted = rows.stats(self.conn, user)
             counted["vectors_missing"] = rows.count_missing_vectors(self.conn, user)
             llm_name = connection.get_meta(self.conn, "llm_name")
+            embedder_name = connection.get_meta(self.conn, "embedder_name")
         return {
             "path": self.path, **counted,
-            "embedder": self.embedder.name if self.embedder else None,
+            "embedder": embedder_name,
+            "llm": llm_name,
             "keyword_only": self.embedder is None,
             "embedder_error": self.embedder_error,
-            "llm": llm_name,
-            "extract_mode": self.extract_mode,
         }
 
     # ------------------------------------------------------------ lifetime
@@ -770,6 +854,15 @@ class Memory:
 
     def __repr__(self) -> str:
         return f"<memdb.Memory {self.path!r}" + (f" user={self.user!r}>" if self.user is not None else ">")
+
+
+def _iso(value: str) -> bool:
+    """Whether value reads as ISO 8601 at all (a relative date does not)."""
+    try:
+        datetime.fromisoformat(value.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def _blas_threads(threads: int | None) -> Any:

@@ -32,12 +32,23 @@ class Settings:
     # The model reads a turn only when those notes hold less than this share of its content
     # terms (0: only when the rules find nothing; 1: every turn, e.g. with a bigger model
     # behind an endpoint). Dev gold at 0.5: 104 calls instead of 163, recall unchanged.
-    extract_rules_cover: float = 0.5
+    extract_rules_cover: float = 0.0
     # Confidence of an extracted atom: about its own speaker, about someone else, and the
     # penalty when its sentence hedges ("maybe", "可能").
     confidence_own: float = 0.9
     confidence_other: float = 0.75
     confidence_hedge: float = 0.3
+    # The extraction model (a GGUF, the bundled one by default) runs in a worker process of its
+    # own (models/worker.py), so a crash, an abort, an out-of-memory kill or a hang in it is a
+    # ModelError here, and the turns stay pending; model_worker=False runs it in this process
+    # (no start-up cost, but a crash in llama.cpp ends the caller). A call that takes longer
+    # than model_timeout seconds (loading included) has its worker stopped. An LLM object passed
+    # to open() runs where it is; wrap it in models.worker.WorkerLLM to isolate it too.
+    model_worker: bool = True
+    model_timeout: float = 120.0
+    # llama.cpp's extra buffer types (weight repacking; the AMX kernels, which crash on Q4_K_M
+    # weights): None decides by the CPU (off where it reports AMX), True or False forces it.
+    model_extra_buffers: bool | None = None
 
     # Dedup (lifecycle/; tuned with bench/dedup.py on bench/dedup_pairs.json, favouring
     # precision: a wrong merge loses a fact, a missed one only spends budget). A new atom
@@ -104,7 +115,14 @@ class Settings:
     # left out of the keyword side once the user has common_term_rows rows. LoCoMo dev recall
     # holds up to a floor of 0.3 (bench/results/relevance_floor.json); 0.2 because the sample's
     # "space opera" finds "sci-fi movies" at 0.25 with MiniLM.
-    min_similarity: float = 0.2
+    # The baseline is the query's own (query_baseline, search/relevance.py): its mean cosine to
+    # everyday statements about nothing, which put nonsense ("zzzz qqq", baseline 0.80 with e5)
+    # below the floor and a loose real match ("what orchestration tool do we use?" and a turn
+    # about moving from Airflow to Dagster: 0.12 over its baseline 0.75) above 0.1; with the
+    # embedder's constant baseline (query_baseline=False) the floor was 0.2 and both went the
+    # wrong way (bench/context_floor.py).
+    min_similarity: float = 0.1
+    query_baseline: bool = True
     common_term_share: float = 0.5
     common_term_rows: int = 3
     # An atom's score is scaled by confidence_floor + (1 - confidence_floor) x its confidence.
@@ -123,6 +141,15 @@ class Settings:
     # context(): the first this many atoms bring the turn they came from when it says more
     # (a note is a summary; the blind QA check, bench/qa_*.py, found readers missing the rest).
     context_evidence: int = 4
+    # context(): hits scoring under this share of the best hit's score are left out, so a block
+    # with a clear answer is not padded to its budget with lines that only passed the floor
+    # ("where does she live?": the answer at 1.0, then a dozen lines at 0.1-0.3). A query with
+    # no clear answer still gets what passed the floor (bench/context_floor.py).
+    context_min_share: float = 0.25
+    # context(): the line put above a block that holds anything (counted in its budget; "" for
+    # none): without it every user wrote their own, and a reader could not tell that the dates
+    # decide between two lines that disagree.
+    context_header: str = "Memory of the user (dated; where lines disagree, the later date holds):"
     # Large users (index/copies.py): in a file with one user, bm25 scores at most this many
     # postings of the rarest query terms (0: all terms; bench/results/scale_postings.json has
     # the cost and recall of each budget at 100k atoms); term counts are kept until the table
@@ -164,9 +191,9 @@ class Settings:
     # user's scenarios, and scenario_link_bonus when a member shares a source turn with it or
     # names the same person or thing; only scenarios sharing a term or a turn are scored.
     # Without vectors the weighted share alone must reach scenario_join_keywords. scenario_join
-    # was chosen by reading the scenarios of LoCoMo conv-26 and MemoryBank 刘琳 at 0.45-0.62
+    # was chosen by reading the scenarios of LoCoMo conv-26 and MemoryBank 吴倩 at 0.45-0.62
     # (no gold exists): at 0.45 conv-26 had clusters of 40-50 unrelated notes, at 0.6 the
-    # largest holds 33 and most read as one thread ("Caroline's adoption plans"). A scenario shows (search,
+    # largest holds 33 and most read as one thread ("Rosalind's adoption plans"). A scenario shows (search,
     # context, scenarios_v order) once it holds scenario_min_members held atoms; two merge when
     # their centroids reach scenario_merge_similarity; one splits in two above
     # scenario_max_members when its halves are no closer than scenario_join. Heat: each mention
@@ -202,8 +229,12 @@ class Settings:
 
     def __post_init__(self) -> None:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
-        for name in ("keyword_copy_shared", "vector_copy_files", "layers", "extract_fill"):
+        for name in ("keyword_copy_shared", "vector_copy_files", "layers", "extract_fill", "model_worker"):
             _check(isinstance(getattr(self, name), bool), name, "True or False")
+        _check(self.model_extra_buffers is None or isinstance(self.model_extra_buffers, bool),
+               "model_extra_buffers", "None, True or False")
+        _check(_is_number(self.model_timeout, 0, 1e6) and self.model_timeout > 0, "model_timeout",
+               "a positive number of seconds (at most 1e6)")
         for name in ("scenario_min_members", "scenario_max_members", "scenario_state_atoms", "scenario_keywords",
                      "scenario_block_members", "persona_tokens", "persona_candidates"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
@@ -227,9 +258,13 @@ class Settings:
                      "merge_similarity_multilingual", "merge_similarity_crosslingual",
                      "conflict_similarity_crosslingual", "merge_similarity_same_key", "merge_value_overlap", "merge_keyword_overlap",
                      "merge_min_overlap", "merge_gain", "comparable_confidence", "cancel_overlap", "freshness_floor",
-                     "confidence_floor", "session_weight", "common_term_share", "extract_rules_cover"):
+                     "confidence_floor", "session_weight", "common_term_share", "extract_rules_cover",
+                     "context_min_share"):
             _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
         _check(_is_number(self.min_similarity, -1, 1), "min_similarity", "a cosine from -1 to 1")
+        _check(isinstance(self.context_header, str) and "\n" not in self.context_header, "context_header",
+               "one line of text (or '' for none)")
+        _check(isinstance(self.query_baseline, bool), "query_baseline", "True or False")
         for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb", "keyword_copy_mb",
                      "date_weight"):
             _check(_is_number(getattr(self, name), 0, MAX_NUMBER), name, "a non-negative number")

@@ -72,3 +72,55 @@ def test_the_retriever_returns_atoms_and_turns_as_documents(db_path, embedder):
     # the atom stands for its turn, and bob's turn is never ana's
     assert [("Ana keeps bees on the roof", "atom:1", [1])] == [
         (d.page_content, d.id, d.metadata["turn_ids"]) for d in docs]
+
+
+# ---------------------------------------------------------------- issue 26: what a new user ran into
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_two_key_config_drives_a_shared_memory_and_the_one_key_pattern_works_when_bound(db_path, embedder):
+    from memdb.adapters.langchain import HISTORY_FIELDS, history_factory
+
+    prompt = ChatPromptTemplate.from_messages([MessagesPlaceholder("history"), ("human", "{input}")])
+    with memdb.open(db_path, embedder=embedder, extract="defer") as mem:
+        agent = RunnableWithMessageHistory(
+            prompt | FakeListChatModel(responses=["Hi Ana.", "Hi Ben."]), history_factory(mem),
+            input_messages_key="input", history_messages_key="history", history_factory_config=HISTORY_FIELDS)
+        agent.invoke({"input": "I'm Ana."}, config={"configurable": {"user_id": "ana", "session_id": "s1"}})
+        agent.invoke({"input": "I'm Ben."}, config={"configurable": {"user_id": "ben", "session_id": "s1"}})
+        assert [("human", "I'm Ana."), ("ai", "Hi Ana.")] == [
+            (m.type, m.content) for m in MemdbChatMessageHistory(mem, user="ana", session="s1").messages]
+    with memdb.open(db_path, embedder=embedder, extract="defer", user="ben") as bound:
+        single = RunnableWithMessageHistory(prompt | FakeListChatModel(responses=["Again, Ben."]),
+                                            history_factory(bound), input_messages_key="input",
+                                            history_messages_key="history")
+        single.invoke({"input": "Me again."}, config={"configurable": {"session_id": "s1"}})
+        assert ["I'm Ben.", "Hi Ben.", "Me again.", "Again, Ben."] == [
+            m.content for m in MemdbChatMessageHistory(bound, session="s1").messages]
+    with memdb.open(db_path, embedder=embedder, extract="defer") as shared:
+        with pytest.raises(memdb.InvalidInput, match="needs user="):
+            history_factory(shared)("s1")
+
+
+def test_messages_read_the_session_not_the_users_whole_export(mem, monkeypatch):
+    history = MemdbChatMessageHistory(mem, user="ana", session="s1")
+    history.add_user_message("I keep bees.")
+    MemdbChatMessageHistory(mem, user="ana", session="s2").add_user_message("Other talk.")
+    monkeypatch.setattr(memdb.Memory, "export", lambda *a, **k: pytest.fail("read the whole export"))
+    assert ["I keep bees."] == [m.content for m in history.messages]
+
+
+def test_the_retriever_applies_search_kwargs_refuses_unknown_ones_and_leaves_the_assistant_out(mem):
+    mem.add([{"role": "user", "content": "I keep bees on the roof.", "ts": "2026-03-01T09:00:00"},
+             {"role": "assistant", "content": "Bees on the roof sound like a lot of honey work.",
+              "ts": "2026-03-01T09:00:05"}], user="ana", session="s1")
+    mem.add([{"role": "user", "content": "The bees swarmed today.", "ts": "2026-03-02T09:00:00"}], user="ana",
+            session="s2")
+    docs = MemdbRetriever(mem=mem, user="ana", k=5).invoke("bees roof")
+    assert {"user"} == {d.metadata["role"] for d in docs}
+    both = MemdbRetriever(mem=mem, user="ana", k=5, include_assistant=True).invoke("bees roof")
+    assert "assistant" in {d.metadata["role"] for d in both}
+    only_s2 = MemdbRetriever(mem=mem, user="ana", search_kwargs={"session": "s2", "k": 1, "layer": "turns"})
+    assert ["The bees swarmed today."] == [d.page_content for d in only_s2.invoke("bees")]
+    with pytest.raises(ValueError, match="search_kwargs score_threshold not taken by search"):  # pydantic wraps it
+        MemdbRetriever(mem=mem, user="ana", search_kwargs={"score_threshold": 0.5})

@@ -230,11 +230,12 @@ def test_read_only_commands_write_nothing_to_a_keyword_only_file(tmp_path, capsy
 
 def test_a_read_only_open_of_an_older_file_asks_for_an_upgrade_and_the_cli_still_migrates(tmp_path, capsys):
     from memdb.db import connection
-    from tests.test_store import _drop_layers
+    from tests.test_store import _drop_layers, _drop_slots
 
     db = tmp_path / "v3.db"
     with memdb.open(db, embedder=None, extract="defer") as mem:
         mem.add([{"content": "We deploy on Fridays."}], user="ana")
+        _drop_slots(mem.conn)
         _drop_layers(mem.conn)
         mem.conn.execute("pragma user_version = 3")
     with pytest.raises(memdb.SchemaError, match="open it once for writing to upgrade it"):

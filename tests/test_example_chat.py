@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import memdb
+from tests.test_endpoint import stub  # noqa: F401 - the stub OpenAI-compatible server, a fixture
 
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "chat.py"
 
@@ -37,7 +38,7 @@ def test_each_reply_sees_what_earlier_turns_said_and_each_exchange_is_stored(mem
     assert 2 == made
     assert "assistant> reply 1\nassistant> reply 2\n" == out.getvalue()  # no prompt: stdin is not a terminal
     first, second = prompts
-    assert "What you remember" not in first[0]["content"]  # nothing remembered yet
+    assert mem.settings.context_header not in first[0]["content"]  # nothing remembered yet
     assert "I keep bees on my roof." in second[0]["content"]  # context() before the reply
     assert ["system", "user", "assistant", "user"] == [m["role"] for m in second]
     turns = [(t["role"], t["content"]) for t in mem.export("ana") if t["type"] == "turn"]
@@ -59,3 +60,17 @@ def test_the_example_chats_with_the_bundled_model_from_piped_input(tmp_path):
     with memdb.open(db, embedder=None, extract="defer") as mem:
         assert ["user", "assistant", "user", "assistant"] == [
             t["role"] for t in mem.export("ana") if t["type"] == "turn"]
+
+
+def test_the_example_replies_from_an_openai_compatible_endpoint(tmp_path, stub, cache):
+    stub.reply = "You keep bees."
+    db = tmp_path / "chat.db"
+    run = subprocess.run([sys.executable, str(SCRIPT), str(db), "--user", "ana", "--model", stub.url,
+                          "--model-name", "other-model"],
+                         input="I keep bees on my roof.\n", capture_output=True, text=True, timeout=600)
+    assert 0 == run.returncode, run.stderr
+    assert "assistant> You keep bees.\n" == run.stdout
+    chats = [r["body"] for r in stub.requests if r["path"] == "/v1/chat/completions"]
+    replies = [c for c in chats if c.get("temperature") == 0.7]  # the reply; extraction asks at temperature 0
+    assert ["other-model"] == [c["model"] for c in replies]
+    assert "I keep bees on my roof." == replies[0]["messages"][-1]["content"]

@@ -40,7 +40,12 @@ class FakeLLM:
         self.replies = list(replies)
         self.calls: list[list[dict[str, str]]] = []
 
+    pronouns = {"Tobias": "he", "Beatrix": "she", "Rosalind": "she"}  # others are "they"
+
     def complete(self, messages: list[dict[str, str]], *, schema: dict, max_tokens: int) -> str:
+        if "p" in schema.get("properties", {}):  # persons.Pronouns.ask: answered apart from the script
+            name = messages[1]["content"].removeprefix("Name: ")
+            return json.dumps({"p": self.pronouns.get(name, "they")})
         reply = self.replies[len(self.calls) % len(self.replies)]
         self.calls.append(messages)
         if isinstance(reply, BaseException):
@@ -48,7 +53,7 @@ class FakeLLM:
         return reply  # type: ignore[return-value]
 
 
-def turn(id_: int, content: str, speaker: str | None = "Caroline", ts: str = TS, role: str = "user") -> records.Turn:
+def turn(id_: int, content: str, speaker: str | None = "Rosalind", ts: str = TS, role: str = "user") -> records.Turn:
     return records.Turn(id=id_, user="u", session="s1", role=role, speaker=speaker, content=content, ts=ts)
 
 
@@ -63,7 +68,7 @@ def texts(candidates: list[records.Candidate]) -> list[str]:
 # --- pre-filter ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("content, reason", [
-    ("Hey Mel! Good to see you! How have you been?", "greeting+question"),
+    ("Hey Bea! Good to see you! How have you been?", "greeting+question"),
     ("Thanks so much!", "thanks"),
     ("ok", "acknowledgement"),
     ("Wow, that's awesome!", "acknowledgement"),
@@ -76,18 +81,18 @@ def texts(candidates: list[records.Candidate]) -> list[str]:
     ("", "empty"),
 ])
 def test_prefilter_skips_turns_without_durable_content(content, reason):
-    assert reason == prefilter.prefilter(turn(1, content), names={"Melanie", "Caroline"})
+    assert reason == prefilter.prefilter(turn(1, content), names={"Beatrix", "Rosalind"})
 
 
 @pytest.mark.parametrize("content", [
     "I went to a LGBTQ support group yesterday and it was so powerful.",
-    "Thanks, Melanie! I painted that lake sunrise last year.",
+    "Thanks, Beatrix! I painted that lake sunrise last year.",
     "I love pottery.",
     "我们后端用 Go，数据库是 PostgreSQL。",
     "谢谢！我对花生过敏。",
 ])
 def test_prefilter_keeps_turns_with_content(content):
-    assert None is prefilter.prefilter(turn(1, content), names={"Melanie"})
+    assert None is prefilter.prefilter(turn(1, content), names={"Beatrix"})
 
 
 def test_prefilter_skips_assistant_and_tool_turns():
@@ -105,23 +110,23 @@ def test_skipped_turns_never_reach_the_model():
 # --- parsing ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("raw", [
-    '{"a":["Caroline | went to | a support group | yesterday"]}',
-    '```json\n{"a":["Caroline | went to | a support group | yesterday"]}\n```',
-    'Sure! {"a":["Caroline | went to | a support group | yesterday"]} Hope it helps.',
-    '{"atoms":[{"subject":"Caroline","predicate":"went to","object":"a support group","when":"yesterday"}]}',
-    '[{"s":"Caroline","p":"went to","o":"a support group","w":"yesterday"}]',
-    '{"a":[[1,"e","Caroline","went to","a support group","yesterday"]]}',
+    '{"a":["Rosalind | went to | a support group | yesterday"]}',
+    '```json\n{"a":["Rosalind | went to | a support group | yesterday"]}\n```',
+    'Sure! {"a":["Rosalind | went to | a support group | yesterday"]} Hope it helps.',
+    '{"atoms":[{"subject":"Rosalind","predicate":"went to","object":"a support group","when":"yesterday"}]}',
+    '[{"s":"Rosalind","p":"went to","o":"a support group","w":"yesterday"}]',
+    '{"a":[[1,"e","Rosalind","went to","a support group","yesterday"]]}',
 ])
 def test_parser_accepts_the_shapes_models_write(raw):
     atoms, error = parse.parse_output(raw, 1)
     assert None is error
-    assert [("Caroline", "went to", "a support group", "yesterday")] == [
+    assert [("Rosalind", "went to", "a support group", "yesterday")] == [
         (a["subject"], a["predicate"], a["object"], a["when"]) for a in atoms]
 
 
 def test_parser_keeps_the_complete_atoms_of_a_truncated_reply():
-    atoms, error = parse.parse_output('{"a":["Caroline | likes | tea","Caroline | went to | the ci', 1)
-    assert (None, [("Caroline", "likes", "tea")]) == (error, [(a["subject"], a["predicate"], a["object"]) for a in atoms])
+    atoms, error = parse.parse_output('{"a":["Rosalind | likes | tea","Rosalind | went to | the ci', 1)
+    assert (None, [("Rosalind", "likes", "tea")]) == (error, [(a["subject"], a["predicate"], a["object"]) for a in atoms])
 
 
 @pytest.mark.parametrize("raw, error", [
@@ -139,7 +144,7 @@ def test_parser_reports_unusable_replies(raw, error):
 
 
 def test_parser_marks_malformed_atoms_instead_of_failing_the_reply():
-    atoms, error = parse.parse_output('{"a":["Caroline | likes | tea", 7, "no pipes", {"o": [1]}]}', 1)
+    atoms, error = parse.parse_output('{"a":["Rosalind | likes | tea", 7, "no pipes", {"o": [1]}]}', 1)
     assert None is error
     assert [False, True, True, True] == ["_invalid" in a for a in atoms]
 
@@ -156,9 +161,9 @@ def test_invalid_output_is_retried_once_then_the_turns_fail_with_the_reason():
 
 
 def test_a_good_retry_recovers_the_turns():
-    llm = FakeLLM("{", reply("Caroline | moved to | Lisbon"))
+    llm = FakeLLM("{", reply("Rosalind | moved to | Lisbon"))
     candidates, outcomes = model_only([turn(1, "I moved to Lisbon.")], llm)
-    assert (["Caroline moved to Lisbon"], "done") == (texts(candidates), outcomes[1].state)
+    assert (["Rosalind moved to Lisbon"], "done") == (texts(candidates), outcomes[1].state)
     assert "Reply with the JSON only." in llm.calls[1][-2]["content"]
 
 
@@ -177,25 +182,25 @@ def test_a_model_that_cannot_load_propagates_so_the_caller_keeps_turns_pending()
 # --- grounding ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("atom, why", [
-    ("Caroline | adopted | a ferret named Biscuit", "copied from examples"),
-    ("Caroline | went to | a support group yesterday and it was so powerful", "whole line pasted"),
-    ("Caroline | went to | Paris", "entity not in source"),
-    ("Caroline | enjoys | hiking in mountains", "words not in source"),
-    ("Caroline | went to | 支持小组", "not in the turn's language"),
-    ("Caroline | is | so awesome", "small talk"),
-    ("Caroline | thinks | you are great", "addressed to the listener"),
+    ("Rosalind | adopted | a ferret named Biscuit", "copied from examples"),
+    ("Rosalind | went to | a support group yesterday and it was so powerful", "whole line pasted"),
+    ("Rosalind | went to | Paris", "entity not in source"),
+    ("Rosalind | enjoys | hiking in mountains", "words not in source"),
+    ("Rosalind | went to | 支持小组", "not in the turn's language"),
+    ("Rosalind | is | so awesome", "small talk"),
+    ("Rosalind | thinks | you are great", "addressed to the listener"),
 ])
 def test_grounding_drops_unsupported_atoms_and_counts_why(atom, why):
     source = turn(1, "I went to a support group yesterday and it was so powerful.")
-    candidates, outcomes = model_only([source], FakeLLM(reply(atom, "Caroline | went to | a support group")))
-    assert ["Caroline went to a support group"] == texts(candidates)
+    candidates, outcomes = model_only([source], FakeLLM(reply(atom, "Rosalind | went to | a support group")))
+    assert ["Rosalind went to a support group"] == texts(candidates)
     assert (2, {why: 1}) == (outcomes[1].proposed, outcomes[1].dropped)
 
 
 def test_grounding_allows_speaker_names_and_paraphrased_predicates():
     source = turn(1, "I'm keen on counseling or working in mental health.")
-    candidates, _ = model_only([source], FakeLLM(reply("Caroline | wants to work in | mental health")))
-    assert ["Caroline wants to work in mental health"] == texts(candidates)
+    candidates, _ = model_only([source], FakeLLM(reply("Rosalind | wants to work in | mental health")))
+    assert ["Rosalind wants to work in mental health"] == texts(candidates)
 
 
 def test_grounding_drops_a_chinese_atom_with_words_the_turn_never_said():
@@ -206,44 +211,44 @@ def test_grounding_drops_a_chinese_atom_with_words_the_turn_never_said():
 
 
 def test_atoms_go_to_the_turn_whose_words_they_share():
-    turns = [turn(1, "I went to a support group yesterday."), turn(2, "I'm painting a lake sunrise.", speaker="Melanie")]
-    candidates, _ = model_only(turns, FakeLLM(reply("Melanie | is painting | a lake sunrise",
-                                                         "Caroline | went to | a support group")))
-    assert {"Melanie is painting a lake sunrise": [2], "Caroline went to a support group": [1]} == {
+    turns = [turn(1, "I went to a support group yesterday."), turn(2, "I'm painting a lake sunrise.", speaker="Beatrix")]
+    candidates, _ = model_only(turns, FakeLLM(reply("Beatrix | is painting | a lake sunrise",
+                                                         "Rosalind | went to | a support group")))
+    assert {"Beatrix is painting a lake sunrise": [2], "Rosalind went to a support group": [1]} == {
         codec.canonical_text(c.record): c.turn_ids for c in candidates}
 
 
 def test_history_is_context_only_never_a_source():
-    history = [turn(1, "I adopted two cats last month.", speaker="Melanie")]
-    llm = FakeLLM(reply("Melanie | adopted | two cats", "Caroline | moved to | Lisbon"))
+    history = [turn(1, "I adopted two cats last month.", speaker="Beatrix")]
+    llm = FakeLLM(reply("Beatrix | adopted | two cats", "Rosalind | moved to | Lisbon"))
     candidates, outcomes = model_only([turn(2, "I moved to Lisbon.")], llm, history=history, context=1)
-    assert ["Caroline moved to Lisbon"] == texts(candidates)
+    assert ["Rosalind moved to Lisbon"] == texts(candidates)
     assert {2} == set(outcomes)
-    assert "- Melanie: I adopted two cats last month.\n* Caroline: I moved to Lisbon." == llm.calls[0][-2]["content"]
+    assert "- Beatrix: I adopted two cats last month.\n* Rosalind: I moved to Lisbon." == llm.calls[0][-2]["content"]
 
 
 def test_by_default_history_only_lends_speaker_names():
-    history = [turn(1, "I adopted two cats last month.", speaker="Melanie")]
-    llm = FakeLLM(reply("Mel | moved to | Lisbon"))
-    candidates, _ = model_only([turn(2, "Mel moved to Lisbon.")], llm, history=history)
-    assert "* Caroline: Mel moved to Lisbon." == llm.calls[0][-2]["content"]
-    assert ["Melanie moved to Lisbon"] == texts(candidates)
+    history = [turn(1, "I adopted two cats last month.", speaker="Beatrix")]
+    llm = FakeLLM(reply("Bea | moved to | Lisbon"))
+    candidates, _ = model_only([turn(2, "Bea moved to Lisbon.")], llm, history=history)
+    assert "* Rosalind: Bea moved to Lisbon." == llm.calls[0][-2]["content"]
+    assert ["Beatrix moved to Lisbon"] == texts(candidates)
 
 
 # --- normalisation ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("atom, kind, sentiment", [
-    ("Caroline | loves | pottery", "preference", "like"),
-    ("Caroline | is fond of | pottery", "preference", "like"),
-    ("Caroline | hates | pottery", "preference", "dislike"),
-    ("Caroline | doesn't like | pottery", "preference", "dislike"),
-    ("Caroline | can't eat | pottery", "constraint", None),
-    ("Caroline | made | pottery", "event", None),
-    ("Caroline | has | pottery", "fact", None),
-    ("Caroline | is so thrilled with | pottery", "fact", None),  # a state, not something that happened
-    ("Caroline | has only visited | pottery", "event", None),  # "only" alone is no rule
-    ("Caroline | lost | pottery", "event", None),
-    ("Caroline | says pottery is her go-to for | pottery", "preference", "like"),
+    ("Rosalind | loves | pottery", "preference", "like"),
+    ("Rosalind | is fond of | pottery", "preference", "like"),
+    ("Rosalind | hates | pottery", "preference", "dislike"),
+    ("Rosalind | doesn't like | pottery", "preference", "dislike"),
+    ("Rosalind | can't eat | pottery", "constraint", None),
+    ("Rosalind | made | pottery", "event", None),
+    ("Rosalind | has | pottery", "fact", None),
+    ("Rosalind | is so thrilled with | pottery", "fact", None),  # a state, not something that happened
+    ("Rosalind | has only visited | pottery", "event", None),  # "only" alone is no rule
+    ("Rosalind | lost | pottery", "event", None),
+    ("Rosalind | says pottery is her go-to for | pottery", "preference", "like"),
 ])
 def test_kind_and_sentiment_come_from_a_closed_set(atom, kind, sentiment):
     candidates, _ = model_only([turn(1, "Pottery, pottery, pottery.")], FakeLLM(reply(atom)))
@@ -259,7 +264,7 @@ def test_kind_and_sentiment_come_from_a_closed_set(atom, kind, sentiment):
     ("whatever", None, "fact", None),
 ])
 def test_model_written_kinds_and_sentiments_are_mapped(model_kind, model_sentiment, kind, sentiment):
-    atom = {"kind": model_kind, "subject": "Caroline", "predicate": "has", "object": "pottery"}
+    atom = {"kind": model_kind, "subject": "Rosalind", "predicate": "has", "object": "pottery"}
     if model_sentiment:
         atom["sentiment"] = model_sentiment
     candidates, _ = model_only([turn(1, "Pottery!!")], FakeLLM(json.dumps({"a": [atom]}, ensure_ascii=False)))
@@ -267,10 +272,10 @@ def test_model_written_kinds_and_sentiments_are_mapped(model_kind, model_sentime
 
 
 @pytest.mark.parametrize("speaker, content, subject, expected", [
-    ("Caroline", "I moved to Lisbon.", "I", "Caroline moved to Lisbon"),
-    ("Caroline", "I moved to Lisbon.", "me", "Caroline moved to Lisbon"),
-    ("Caroline", "I moved to Lisbon.", "User", "Caroline moved to Lisbon"),
-    ("Caroline", "I moved to Lisbon.", "Melanie", "Caroline moved to Lisbon"),  # the other speaker on "I…"
+    ("Rosalind", "I moved to Lisbon.", "I", "Rosalind moved to Lisbon"),
+    ("Rosalind", "I moved to Lisbon.", "me", "Rosalind moved to Lisbon"),
+    ("Rosalind", "I moved to Lisbon.", "User", "Rosalind moved to Lisbon"),
+    ("Rosalind", "I moved to Lisbon.", "Beatrix", "Rosalind moved to Lisbon"),  # the other speaker on "I…"
     (None, "I moved to Lisbon.", "I", "user moved to Lisbon"),
     (None, "我搬到了里斯本。", "我", "用户搬到了里斯本"),
     ("小王", "我搬到了里斯本。", "我", "小王搬到了里斯本"),
@@ -278,16 +283,16 @@ def test_model_written_kinds_and_sentiments_are_mapped(model_kind, model_sentime
 def test_first_person_subjects_become_the_speaker(speaker, content, subject, expected):
     zh = "里斯本" in content
     atom = f"{subject} | 搬到了 | 里斯本" if zh else f"{subject} | moved to | Lisbon"
-    history = [turn(0, "Hello there", speaker="Melanie")]
+    history = [turn(0, "Hello there", speaker="Beatrix")]
     candidates, _ = model_only([turn(1, content, speaker=speaker)], FakeLLM(reply(atom)), history=history)
     assert [expected] == texts(candidates)
 
 
 def test_a_short_form_of_a_speaker_name_becomes_the_name():
-    history = [turn(0, "Hey Caroline!", speaker="Melanie")]
-    source = turn(1, "Mel ran a charity race for mental health last Saturday.", speaker="Caroline")
-    candidates, _ = model_only([source], FakeLLM(reply("Mel | ran | a charity race")), history=history)
-    assert ["Melanie ran a charity race"] == texts(candidates)
+    history = [turn(0, "Hey Rosalind!", speaker="Beatrix")]
+    source = turn(1, "Bea ran a charity race for mental health last Saturday.", speaker="Rosalind")
+    candidates, _ = model_only([source], FakeLLM(reply("Bea | ran | a charity race")), history=history)
+    assert ["Beatrix ran a charity race"] == texts(candidates)
 
 
 def test_chinese_turns_give_chinese_atoms():
@@ -379,31 +384,32 @@ def test_find_returns_each_phrase_with_its_date():
 def test_an_event_keeps_the_time_words_and_gets_an_absolute_date():
     candidates, _ = model_only([turn(1, "I went to a support group yesterday.")],
                                     FakeLLM(reply("I | went to | a support group | yesterday")))
-    assert {"kind": "event", "subject": "Caroline", "predicate": "went to", "object": "a support group",
-            "when": "yesterday", "date": "2023-05-07", "lang": "en"} == candidates[0].record
+    assert {"kind": "event", "subject": "Rosalind", "predicate": "went to", "object": "a support group",
+            "when": "yesterday", "date": "2023-05-07", "lang": "en", "attribute": "visited",
+            "value": "support group"} == candidates[0].record
 
 
 def test_a_time_phrase_left_in_the_object_moves_to_when():
     candidates, _ = model_only([turn(1, "I went to a support group yesterday.")],
-                                    FakeLLM(reply("Caroline | went to | a support group yesterday")))
+                                    FakeLLM(reply("Rosalind | went to | a support group yesterday")))
     assert ("a support group", "yesterday", "2023-05-07") == tuple(candidates[0].record.get(k) for k in ("object", "when", "date"))
 
 
 def test_a_last_slot_that_is_no_time_goes_back_into_the_object():
     candidates, _ = model_only([turn(1, "I'm off to go swimming with the kids.")],
-                                    FakeLLM(reply("Caroline | going | swimming with | the kids")))
+                                    FakeLLM(reply("Rosalind | going | swimming with | the kids")))
     assert ("swimming with the kids", None) == (candidates[0].record["object"], candidates[0].record.get("when"))
 
 
 def test_vague_times_stay_as_words_without_a_date():
     candidates, _ = model_only([turn(1, "I started pottery recently.")],
-                                    FakeLLM(reply("Caroline | started | pottery | recently")))
+                                    FakeLLM(reply("Rosalind | started | pottery | recently")))
     assert ("recently", None) == (candidates[0].record.get("when"), candidates[0].record.get("date"))
 
 
 def test_time_words_the_turn_never_said_are_dropped():
     candidates, _ = model_only([turn(1, "I went to a support group.")],
-                                    FakeLLM(reply("Caroline | went to | a support group | last year")))
+                                    FakeLLM(reply("Rosalind | went to | a support group | last year")))
     assert ("when" in candidates[0].record, "date" in candidates[0].record) == (False, False)
 
 
@@ -423,20 +429,20 @@ def test_chinese_event_date_is_resolved():
 # --- confidence, duplicates, caps ----------------------------------------------------------------
 
 def test_hedged_statements_get_lower_confidence_than_direct_ones():
-    direct, _ = model_only([turn(1, "I moved to Lisbon.")], FakeLLM(reply("Caroline | moved to | Lisbon")))
-    hedged, _ = model_only([turn(1, "Maybe I'll move to Lisbon.")], FakeLLM(reply("Caroline | move to | Lisbon")))
+    direct, _ = model_only([turn(1, "I moved to Lisbon.")], FakeLLM(reply("Rosalind | moved to | Lisbon")))
+    hedged, _ = model_only([turn(1, "Maybe I'll move to Lisbon.")], FakeLLM(reply("Rosalind | move to | Lisbon")))
     assert (0.9, 0.6) == (direct[0].confidence, hedged[0].confidence)
 
 
 def test_repeated_atoms_merge_into_one_candidate():
     candidates, outcomes = model_only([turn(1, "I moved to Lisbon.")], FakeLLM(reply(
-        "Caroline | moved to | Lisbon", "Caroline | moved to | Lisbon")))
-    assert (["Caroline moved to Lisbon"], {"duplicate": 1}) == (texts(candidates), outcomes[1].dropped)
+        "Rosalind | moved to | Lisbon", "Rosalind | moved to | Lisbon")))
+    assert (["Rosalind moved to Lisbon"], {"duplicate": 1}) == (texts(candidates), outcomes[1].dropped)
 
 
 def test_every_turn_gets_an_outcome_and_every_candidate_is_valid():
     turns = [turn(1, "Hi!"), turn(2, "I moved to Lisbon."), turn(3, "What about you?"), turn(4, "I love tea.")]
-    candidates, outcomes = model_only(turns, FakeLLM(reply("Caroline | moved to | Lisbon", "Caroline | loves | tea")))
+    candidates, outcomes = model_only(turns, FakeLLM(reply("Rosalind | moved to | Lisbon", "Rosalind | loves | tea")))
     assert {1: "skipped", 2: "done", 3: "skipped", 4: "done"} == {k: v.state for k, v in outcomes.items()}
     assert all(c.record == codec.validate(c.record) for c in candidates)
 
@@ -454,7 +460,7 @@ def test_the_prompt_prefix_is_byte_identical_between_calls():
     b = llama._render_chatml(prompt.build_messages([turn(7, "I love tea.")], [turn(6, "Hi")], [turn(7, "I love tea.")]))
     prefix = llama._render_chatml(prompt.prompt_prefix("en")).removesuffix("<|im_start|>assistant\n")
     assert a.startswith(prefix) and b.startswith(prefix)
-    assert "* Caroline: I moved to Lisbon." in a and "- Caroline: Hi\n* Caroline: I love tea." in b
+    assert "* Rosalind: I moved to Lisbon." in a and "- Rosalind: Hi\n* Rosalind: I love tea." in b
 
 
 def test_the_fewshot_markers_occur_in_the_examples():
@@ -473,7 +479,7 @@ def test_the_fewshot_replies_parse_into_atoms_grounded_in_their_own_lines():
 
 _JSONISH = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30)
-    | st.sampled_from(["Caroline | went to | a support group | yesterday", "I | love | tea", "a|b", "||||", "我 | 喜欢 | 茶"]),
+    | st.sampled_from(["Rosalind | went to | a support group | yesterday", "I | love | tea", "a|b", "||||", "我 | 喜欢 | 茶"]),
     lambda inner: st.lists(inner, max_size=8) | st.dictionaries(
         st.sampled_from(["a", "atoms", "kind", "k", "subject", "s", "predicate", "object", "o", "when", "turn", "sentiment"]),
         inner, max_size=6),
@@ -486,7 +492,7 @@ _JSONISH = st.recursive(
 def test_random_and_jsonish_garbage_never_breaks_extraction(raw):
     atoms, error = parse.parse_output(raw, 2)
     assert isinstance(atoms, list) and (error is None or isinstance(error, str))
-    turns = [turn(1, "I went to a support group yesterday. I love tea."), turn(2, "我喜欢茶。", speaker="Melanie")]
+    turns = [turn(1, "I went to a support group yesterday. I love tea."), turn(2, "我喜欢茶。", speaker="Beatrix")]
     candidates, outcomes = model_only(turns, FakeLLM(raw))
     assert {1, 2} == set(outcomes)
     assert all(o.state in ("done", "failed") and (o.state == "done" or o.reason) for o in outcomes.values())
@@ -496,7 +502,7 @@ def test_random_and_jsonish_garbage_never_breaks_extraction(raw):
 
 
 def test_huge_and_deep_replies_are_refused_without_crashing():
-    for raw in ['{"a":[' + ",".join(['"Caroline | went to | a support group"'] * 5000) + "]}",
+    for raw in ['{"a":[' + ",".join(['"Rosalind | went to | a support group"'] * 5000) + "]}",
                 "[" * 100_000, '{"a":' * 5000 + "1" + "}" * 5000]:
         candidates, outcomes = model_only([turn(1, "I went to a support group.")], FakeLLM(raw))
         assert len(candidates) <= prompt.MAX_ATOMS_PER_TURN
@@ -590,49 +596,49 @@ def test_the_tense_of_the_sentence_picks_the_year(phrase, future, expected):
 
 
 def test_a_plan_said_in_june_for_august_is_dated_this_august():
-    source = turn(1, "My partner Jordan and I are moving to Denver in August!", speaker="Marcus", ts="2026-06-25T10:00:00")
-    candidates, _ = model_only([source], FakeLLM(reply("Marcus | is moving to | Denver | in August")))
-    assert [("Marcus is moving to Denver", "event", "2026-08")] == [
+    source = turn(1, "My partner Emil and I are moving to Denver in August!", speaker="Tobias", ts="2026-06-25T10:00:00")
+    candidates, _ = model_only([source], FakeLLM(reply("Tobias | is moving to | Denver | in August")))
+    assert [("Tobias is moving to Denver", "event", "2026-08")] == [
         (codec.canonical_text(c.record), c.record["kind"], c.record.get("date")) for c in candidates]
 
 
 def test_first_and_second_person_become_the_names_they_stand_for():
-    history = [turn(1, "How is your family?", speaker="Caroline")]
-    source = turn(2, "Great! My sister just visited, and she loved the painting you gave me.", speaker="Melanie")
-    llm = FakeLLM(reply("Melanie | hosted | my sister", "Melanie's sister | loved | the painting you gave me"))
+    history = [turn(1, "How is your family?", speaker="Rosalind")]
+    source = turn(2, "Great! My sister just visited, and she loved the painting you gave me.", speaker="Beatrix")
+    llm = FakeLLM(reply("Beatrix | hosted | my sister", "Beatrix's sister | loved | the painting you gave me"))
     candidates, _ = model_only([source], llm, history=history)
-    assert ["Melanie hosted Melanie's sister", "Melanie's sister loved the painting Caroline gave Melanie"] == texts(candidates)
+    assert ["Beatrix hosted her sister", "Beatrix's sister loved the painting Rosalind gave her"] == texts(candidates)
 
 
 @pytest.mark.parametrize("content, atom, why", [
-    ("I'm off to the park later. Your empathy will help people.", "Melanie | has | great empathy", "about the listener"),
-    ("I got a new job. What kind of dog did you adopt last week?", "Melanie | adopted | a dog", "from a question"),
-    ("The talk was so powerful and really meaningful to me.", "Melanie | felt | so powerful and meaningful", "no concrete fact"),
-    ("This necklace is super special to me, a gift from my grandma.", "Melanie | says | this necklace is special to", "cut off"),
+    ("I'm off to the park later. Your empathy will help people.", "Beatrix | has | great empathy", "about the listener"),
+    ("I got a new job. What kind of dog did you adopt last week?", "Beatrix | adopted | a dog", "from a question"),
+    ("The talk was so powerful and really meaningful to me.", "Beatrix | felt | so powerful and meaningful", "no concrete fact"),
+    ("This necklace is super special to me, a gift from my grandma.", "Beatrix | says | this necklace is special to", "cut off"),
     ("My kids are great and I love them so much.", "she | loves | them", "pronoun subject"),
-    ("I'm determined to make it work, whatever happens.", "Melanie | is determined to | make it work", "no concrete fact"),
-    ("We all have unique paths in life.", "Melanie | all have | unique paths", "no concrete fact"),
-    ("That hike was magical, I will never forget it.", "Melanie | will never forget | it", "no concrete fact"),
-    ("Look at this! My book shelf, with many books on it.", "Melanie's book shelf with many books on it | shares | a photo",
+    ("I'm determined to make it work, whatever happens.", "Beatrix | is determined to | make it work", "no concrete fact"),
+    ("We all have unique paths in life.", "Beatrix | all have | unique paths", "no concrete fact"),
+    ("That hike was magical, I will never forget it.", "Beatrix | will never forget | it", "no concrete fact"),
+    ("Look at this! My book shelf, with many books on it.", "Beatrix's book shelf with many books on it | shares | a photo",
      "a shared photo"),
 ])
 def test_the_gate_drops_what_no_note_taker_keeps(content, atom, why):
-    history = [turn(1, "Hi Mel!", speaker="Caroline")]
-    candidates, outcomes = model_only([turn(2, content, speaker="Melanie")], FakeLLM(reply(atom)), history=history)
+    history = [turn(1, "Hi Bea!", speaker="Rosalind")]
+    candidates, outcomes = model_only([turn(2, content, speaker="Beatrix")], FakeLLM(reply(atom)), history=history)
     assert ([], {why: 1}) == (texts(candidates), outcomes[2].dropped)
 
 
 def test_glued_words_are_cut_and_the_rest_kept():
-    source = turn(1, "I'm a data scientist, mostly Python, and I basically live in Jupyter notebooks.", speaker="Marcus")
-    llm = FakeLLM(reply("Marcus | is | data scientist mostly Python andIBasicallyliveinJupyter"))
-    assert ["Marcus is data scientist mostly Python"] == texts(model_only([source], llm)[0])
+    source = turn(1, "I'm a data scientist, mostly Python, and I basically live in Jupyter notebooks.", speaker="Tobias")
+    llm = FakeLLM(reply("Tobias | is | data scientist mostly Python andIBasicallyliveinJupyter"))
+    assert ["Tobias is data scientist mostly Python"] == texts(model_only([source], llm)[0])
 
 
 def test_a_request_to_an_assistant_keeps_the_rule_without_the_you():
     history = [turn(1, "有什么可以帮你？", speaker="AI", role="assistant")]
-    source = turn(2, "我们组不用 ORM，所以你给我写代码千万别用 ORM。", speaker="陈静")
-    candidates, _ = model_only([source], FakeLLM(reply("陈静 | 要求 | 你写代码别用 ORM")), history=history)
-    assert [("陈静要求写代码别用 ORM", "constraint")] == [(codec.canonical_text(c.record), c.record["kind"]) for c in candidates]
+    source = turn(2, "我们组不用 ORM，所以你给我写代码千万别用 ORM。", speaker="林晓")
+    candidates, _ = model_only([source], FakeLLM(reply("林晓 | 要求 | 你写代码别用 ORM")), history=history)
+    assert [("林晓要求写代码别用 ORM", "constraint")] == [(codec.canonical_text(c.record), c.record["kind"]) for c in candidates]
 
 
 # --- notes taken from the turn's own words --------------------------------------------------------
@@ -640,14 +646,14 @@ def test_a_request_to_an_assistant_keeps_the_rule_without_the_you():
 def test_what_the_model_skips_is_taken_from_the_turn_itself():
     source = turn(1, "Yeah! I went to a LGBTQ support group yesterday and it was so powerful.")
     candidates, _ = extract.extract([source], FakeLLM(reply()))
-    assert [("Caroline went to a LGBTQ support group", "event", "2023-05-07")] == [
+    assert [("Rosalind went to a LGBTQ support group", "event", "2023-05-07")] == [
         (codec.canonical_text(c.record), c.record["kind"], c.record.get("date")) for c in candidates]
 
 
 def test_a_statement_the_model_covered_is_not_taken_twice():
     source = turn(1, "I went to a LGBTQ support group yesterday.")
-    candidates, _ = extract.extract([source], FakeLLM(reply("Caroline | went to | a LGBTQ support group | yesterday")))
-    assert ["Caroline went to a LGBTQ support group"] == texts(candidates)
+    candidates, _ = extract.extract([source], FakeLLM(reply("Rosalind | went to | a LGBTQ support group | yesterday")))
+    assert ["Rosalind went to a LGBTQ support group"] == texts(candidates)
 
 
 @pytest.mark.parametrize("content", [
@@ -656,34 +662,34 @@ def test_a_statement_the_model_covered_is_not_taken_twice():
     "Sharing our stories isn't always easy, but it matters.",
 ])
 def test_small_talk_gives_no_notes_of_its_own(content):
-    history = [turn(1, "I ran a charity race last Saturday.", speaker="Melanie")]
+    history = [turn(1, "I ran a charity race last Saturday.", speaker="Beatrix")]
     assert [] == texts(extract.extract([turn(2, content)], FakeLLM(reply()), history=history)[0])
 
 
 def test_a_chinese_statement_the_model_skipped_becomes_a_note_about_the_speaker():
-    source = turn(1, "有，我对虾过敏，虾仁、虾滑都不能碰。", speaker="陈静", ts="2026-09-22T20:00:00")
+    source = turn(1, "有，我对虾过敏，虾仁、虾滑都不能碰。", speaker="林晓", ts="2026-09-22T20:00:00")
     candidates, _ = extract.extract([source], FakeLLM(reply()))
-    assert [("陈静", "陈静对虾过敏，虾仁、虾滑都不能碰", "constraint")] == [
+    assert [("林晓", "林晓对虾过敏，虾仁、虾滑都不能碰", "constraint")] == [
         (c.record["subject"], codec.canonical_text(c.record), c.record["kind"]) for c in candidates]
 
 
 def test_sentences_are_cut_at_their_ends_not_inside_numbers_or_file_names():
-    content = "Cool. It's stuck at 0.71 AUC, Priya wants 0.75! I moved to plain .py scripts. 我对虾过敏。香菜不行！"
-    assert ["Cool.", "It's stuck at 0.71 AUC, Priya wants 0.75!", "I moved to plain .py scripts.", "我对虾过敏。",
+    content = "Cool. It's stuck at 0.71 AUC, Anika wants 0.75! I moved to plain .py scripts. 我对虾过敏。香菜不行！"
+    assert ["Cool.", "It's stuck at 0.71 AUC, Anika wants 0.75!", "I moved to plain .py scripts.", "我对虾过敏。",
             "香菜不行！"] == text.sentences(content)
 
 
 def test_a_person_named_mid_sentence_is_the_subject_of_what_the_turn_says_of_them():
-    source = turn(1, "Perfect, we already run vLLM. Oh, and Priya told us today she's leaving in September to join a startup.",
-                  speaker="Marcus", ts="2026-07-02T10:00:00")
-    candidates, _ = extract.extract([source], FakeLLM(reply("Marcus | runs | vLLM")))
-    assert ("Priya", "2026-09") in [(c.record["subject"], c.record.get("date")) for c in candidates]
+    source = turn(1, "Perfect, we already run vLLM. Oh, and Anika told us today she's leaving in September to join a startup.",
+                  speaker="Tobias", ts="2026-07-02T10:00:00")
+    candidates, _ = extract.extract([source], FakeLLM(reply("Tobias | runs | vLLM")))
+    assert ("Anika", "2026-09") in [(c.record["subject"], c.record.get("date")) for c in candidates]
 
 
 def test_a_chinese_she_after_a_named_person_is_that_person():
-    source = turn(1, "晚上一般不喝了，要陪朵朵。她是我女儿，今年6岁，这学期刚上一年级。", speaker="陈静", ts="2026-09-02T20:00:00")
+    source = turn(1, "晚上一般不喝了，要陪豆豆。她是我女儿，今年6岁，这学期刚上一年级。", speaker="林晓", ts="2026-09-02T20:00:00")
     candidates, _ = extract.extract([source], FakeLLM(reply()))
-    assert ("朵朵", "朵朵是陈静女儿，6岁，这学期刚上一年级") in [  # "今年" is the note's time, not its text
+    assert ("豆豆", "豆豆是林晓女儿，6岁，这学期刚上一年级") in [  # "今年" is the note's time, not its text
         (c.record["subject"], codec.canonical_text(c.record)) for c in candidates]
 
 
@@ -692,9 +698,9 @@ def test_national_day_is_october_of_the_year_the_sentence_means():
 
 
 def test_a_note_from_the_turn_has_a_verb_and_an_object_for_the_lifecycle_to_compare():
-    source = turn(1, "Big news: I'm moving to Denver in August!", speaker="Marcus", ts="2026-06-25T10:00:00")
+    source = turn(1, "Big news: I'm moving to Denver in August!", speaker="Tobias", ts="2026-06-25T10:00:00")
     (note,) = extract.extract([source], FakeLLM(reply()))[0]
-    assert ("Marcus", "is moving to", "Denver", "2026-08") == (
+    assert ("Tobias", "is moving to", "Denver", "2026-08") == (
         note.record["subject"], note.record["predicate"], note.record["object"], note.record.get("date"))
 
 
@@ -714,21 +720,21 @@ def test_weekdays_and_days_of_the_month_are_read_in_their_sentence(phrase, ts, f
 
 @pytest.mark.parametrize("content, expected", [
     ("Right now I'm setting up a small RAG thing for the claims team.",
-     "Marcus is setting up a small RAG thing for the claims team right now"),
-    ("For deployment we're wrapping it in a FastAPI service.", "Marcus is wrapping it in a FastAPI service for deployment"),
-    ("Been training since March.", "Marcus has been training since March"),
-    ("Thought about just throwing them at GPT.", "Marcus thought about just throwing them at GPT"),
-    ("Gonna start pottery classes in the spring.", "Marcus is going to start pottery classes in the spring"),
-    ("Wanna learn the guitar.", "Marcus wants to learn the guitar"),
-    ("Dance is pretty much my go-to for stress relief.", "Marcus says dance is pretty much Marcus's go-to for stress relief"),
+     "Tobias is setting up a small RAG thing for the claims team right now"),
+    ("For deployment we're wrapping it in a FastAPI service.", "Tobias's team is wrapping it in a FastAPI service for deployment"),
+    ("Been training since March.", "Tobias has been training since March"),
+    ("Thought about just throwing them at GPT.", "Tobias thought about just throwing them at GPT"),
+    ("Gonna start pottery classes in the spring.", "Tobias is going to start pottery classes in the spring"),
+    ("Wanna learn the guitar.", "Tobias wants to learn the guitar"),
+    ("Dance is pretty much my go-to for stress relief.", "Tobias's go-to for stress relief is dance"),
 ])
 def test_a_note_from_chat_puts_the_speaker_first_and_spells_out_contractions(content, expected):
-    source = turn(1, content, speaker="Marcus", ts="2026-06-10T10:00:00")
+    source = turn(1, content, speaker="Tobias", ts="2026-06-10T10:00:00")
     assert [expected] == texts(extract.extract([source], FakeLLM(reply()))[0])
 
 
 def test_a_note_whose_object_only_repeats_its_subject_is_dropped():
-    source = turn(1, "It's on the 21st next month, my first one ever.", speaker="Marcus", ts="2026-05-27T10:00:00")
+    source = turn(1, "It's on the 21st next month, my first one ever.", speaker="Tobias", ts="2026-05-27T10:00:00")
     candidates, outcomes = model_only([source], FakeLLM(reply("my first one ever | | my first one ever")))
     assert ([], {"repeats its subject": 1}) == (texts(candidates), outcomes[1].dropped)
 
@@ -742,59 +748,59 @@ def test_a_liking_taken_from_the_turn_is_a_preference_with_its_polarity():
 
 def test_a_chinese_note_keeps_its_facts_without_the_small_talk_around_them():
     history = [turn(1, "有什么可以帮你？", speaker="AI", role="assistant")]
-    source = turn(2, "你好呀～我叫陈静，在一家做支付的公司写后端，主要用 Go。帮我看看这个查询怎么优化？谢谢🙏", speaker="陈静")
-    llm = FakeLLM(reply("陈静 | | 你好呀～我叫陈静，在一家做支付的公司写后端，主要用 Go"))
-    assert ["陈静在一家做支付的公司写后端，主要用 Go"] == texts(model_only([source], llm, history=history)[0])
+    source = turn(2, "你好呀～我叫林晓，在一家做支付的公司写后端，主要用 Go。帮我看看这个查询怎么优化？谢谢🙏", speaker="林晓")
+    llm = FakeLLM(reply("林晓 | | 你好呀～我叫林晓，在一家做支付的公司写后端，主要用 Go"))
+    assert ["林晓在一家做支付的公司写后端，主要用 Go"] == texts(model_only([source], llm, history=history)[0])
 
 
 def test_a_chinese_note_of_only_small_talk_is_dropped():
     history = [turn(1, "有什么可以帮你？", speaker="AI", role="assistant")]
-    source = turn(2, "对了，明天 staging 要重启，记一下。谢谢🙏 好了我去开早会了，回头聊。", speaker="陈静")
-    candidates, outcomes = model_only([source], FakeLLM(reply("陈静 | | 谢谢🙏 好了我去开早会了，回头聊")), history=history)
+    source = turn(2, "对了，明天 staging 要重启，记一下。谢谢🙏 好了我去开早会了，回头聊。", speaker="林晓")
+    candidates, outcomes = model_only([source], FakeLLM(reply("林晓 | | 谢谢🙏 好了我去开早会了，回头聊")), history=history)
     assert ([], {"small talk": 1}) == (texts(candidates), outcomes[2].dropped)
 
 
 def test_a_chinese_line_glued_from_words_the_turn_never_said_gives_way_to_the_turn_s_clause():
     source = turn(1, "8月我们全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画。下个月中旬我要去杭州出差。",
-                  speaker="陈静", ts="2026-09-02T10:00:00")
-    llm = FakeLLM(reply("陈静 | 希望在青岛画个够， | 希望在杭州出差 | 8月"))
+                  speaker="林晓", ts="2026-09-02T10:00:00")
+    llm = FakeLLM(reply("林晓 | 希望在青岛画个够， | 希望在杭州出差 | 8月"))
     candidates, outcomes = extract.extract([source], llm, settings=Settings(extract_rules_cover=1.0))
     assert "not the turn's words" in outcomes[1].dropped
-    assert ("陈静陈静全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画", "2026-08") in [
+    assert ("林晓全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画", "2026-08") in [
         (codec.canonical_text(c.record), c.record.get("date")) for c in candidates]
 
 
 def test_a_digit_inside_chinese_is_checked_as_a_number_not_as_the_whole_run():
     from memdb.extraction.ground import ground
-    assert None is ground({"subject": "陈静", "object": "8月陈静全家刚去了趟青岛"}, "8月我们全家刚去了趟青岛", {"陈静"},
+    assert None is ground({"subject": "林晓", "object": "8月林晓全家刚去了趟青岛"}, "8月我们全家刚去了趟青岛", {"林晓"},
                           extractive=True)
-    assert "entity not in source: '9'" == ground({"subject": "陈静", "object": "9月陈静全家去了青岛"}, "8月我们全家去了青岛",
-                                                 {"陈静"}, extractive=True)
+    assert "entity not in source: '9'" == ground({"subject": "林晓", "object": "9月林晓全家去了青岛"}, "8月我们全家去了青岛",
+                                                 {"林晓"}, extractive=True)
 
 
 def test_a_sentence_that_only_dates_the_one_before_lends_it_its_date():
     source = turn(1, "Oh, and I finally signed up for a half marathon. It's on the 21st next month, my first one ever.",
-                  speaker="Marcus", ts="2026-05-27T08:50:00")
+                  speaker="Tobias", ts="2026-05-27T08:50:00")
     candidates, outcomes = extract.extract([source], FakeLLM(reply()))
-    assert [("Marcus finally signed up for a half marathon", "2026-06-21")] == [
+    assert [("Tobias finally signed up for a half marathon", "2026-06-21")] == [
         (codec.canonical_text(c.record), c.record.get("date")) for c in candidates]
     assert {"dates the note before": 1} == outcomes[1].dropped
 
 
 def test_a_time_that_is_all_the_object_says_dates_the_note_and_keeps_its_words():
-    source = turn(1, "Been training since March.", speaker="Marcus", ts="2026-05-27T08:50:00")
+    source = turn(1, "Been training since March.", speaker="Tobias", ts="2026-05-27T08:50:00")
     (note,) = extract.extract([source], FakeLLM(reply()))[0]
-    assert ("Marcus has been training since March", "2026-03") == (codec.canonical_text(note.record), note.record.get("date"))
+    assert ("Tobias has been training since March", "2026-03") == (codec.canonical_text(note.record), note.record.get("date"))
 
 
 def test_a_turn_the_rules_cover_is_not_sent_to_the_model():
-    llm = FakeLLM(reply("Marcus | likes | something else"))
-    source = turn(1, "I'm moving to Denver in August with my partner Jordan.", speaker="Marcus", ts="2026-06-25T10:00:00")
+    llm = FakeLLM(reply("Tobias | likes | something else"))
+    source = turn(1, "I'm moving to Denver in August with my partner Emil.", speaker="Tobias", ts="2026-06-25T10:00:00")
     candidates, _ = extract.extract([source], llm)
-    assert ([], ["Marcus is moving to Denver with Marcus's partner Jordan"]) == (llm.calls, texts(candidates))
+    assert ([], ["Tobias is moving to Denver with his partner Emil"]) == (llm.calls, texts(candidates))
 
 
 def test_a_turn_the_rules_cover_poorly_goes_to_the_model():
-    llm = FakeLLM(reply("Marcus | prefers | green tea"))
-    candidates, _ = extract.extract([turn(1, "Green tea, every single time.", speaker="Marcus")], llm)
-    assert (1, ["Marcus prefers green tea"]) == (len(llm.calls), texts(candidates))
+    llm = FakeLLM(reply("Tobias | prefers | green tea"))
+    candidates, _ = extract.extract([turn(1, "Green tea, every single time.", speaker="Tobias")], llm)
+    assert (1, ["Tobias prefers green tea"]) == (len(llm.calls), texts(candidates))

@@ -51,17 +51,17 @@ def test_chinese_turn_gives_grounded_chinese_atoms_with_a_dated_release(llm):
 
 def test_english_turns_give_atoms_about_the_right_speaker_with_dates(llm):
     ts = "2023-05-08T13:56:00"
-    turns = [_turn(1, "Hey Mel! Good to see you! How have you been?", "Caroline", ts),
-             _turn(2, "I went to a LGBTQ support group yesterday and it was so powerful.", "Caroline", ts),
-             _turn(3, "Wow, that's cool! Yeah, I painted that lake sunrise last year! It's special to me.", "Melanie", ts)]
+    turns = [_turn(1, "Hey Bea! Good to see you! How have you been?", "Rosalind", ts),
+             _turn(2, "I went to a LGBTQ support group yesterday and it was so powerful.", "Rosalind", ts),
+             _turn(3, "Wow, that's cool! Yeah, I painted that lake sunrise last year! It's special to me.", "Beatrix", ts)]
     candidates, outcomes = extract.extract(turns, llm)
     assert {1: "skipped", 2: "done", 3: "done"} == {k: v.state for k, v in outcomes.items()}
     lines = [(c.turn_ids, codec.canonical_text(c.record), c.record.get("date")) for c in candidates]
     group = [c for c in candidates if "LGBTQ" in codec.canonical_text(c.record)]
     sunrise = [c for c in candidates if "sunrise" in codec.canonical_text(c.record)]
     assert group and sunrise, lines
-    assert ([2], "Caroline", "2023-05-07") == (group[0].turn_ids, group[0].record["subject"], group[0].record.get("date")), lines
-    assert ([3], "Melanie", "2022") == (sunrise[0].turn_ids, sunrise[0].record["subject"], sunrise[0].record.get("date")), lines
+    assert ([2], "Rosalind", "2023-05-07") == (group[0].turn_ids, group[0].record["subject"], group[0].record.get("date")), lines
+    assert ([3], "Beatrix", "2022") == (sunrise[0].turn_ids, sunrise[0].record["subject"], sunrise[0].record.get("date")), lines
     for cand in candidates:
         assert cand.record == codec.validate(cand.record) and "en" == cand.record["lang"]
 
@@ -69,9 +69,9 @@ def test_english_turns_give_atoms_about_the_right_speaker_with_dates(llm):
 def test_the_prompt_prefix_is_read_once_and_lazy_grammar_sampling_matches_llama_cpp(llm):
     ts = "2023-05-08T13:56:00"
     every_turn = Settings(extract_rules_cover=1.0)  # these turns the rules alone would cover
-    extract.extract([_turn(10, "I adopted a puppy last week.", "Jon", ts)], llm, settings=every_turn)
+    extract.extract([_turn(10, "I adopted a puppy last week.", "Ivo", ts)], llm, settings=every_turn)
     before = dict(llm.stats)
-    second = _turn(11, "My sister moved to Denver in March.", "Jon", ts)
+    second = _turn(11, "My sister moved to Denver in March.", "Ivo", ts)
     extract.extract([second], llm, settings=every_turn)
     read = llm.stats["prompt_tokens"] - before["prompt_tokens"]
     evaluated = llm.stats["prompt_eval_tokens"] - before["prompt_eval_tokens"]  # llama.cpp's own count

@@ -126,7 +126,7 @@ def test_scenarios_search_and_context_blocks(mem, payment):
     plain = mem.context("payment module refactor", user="ann")
     blocked = mem.context("payment module refactor", user="ann", scenarios=True)
     assert "scenario ·" not in plain  # the default context() is what it was
-    header, *members = blocked.splitlines()[:3]
+    header, *members = blocked.splitlines()[1:4]
     assert header.endswith(f"scenario · {hit.text.split(' — ')[0]}")
     assert all("payment" in line for line in members)
 
@@ -140,7 +140,7 @@ def test_persona_ranks_preferences_first_cites_atoms_and_keeps_its_budget(mem, t
     assert [f"Ann likes climbing (#{liked})", f"Ann works as a nurse (#{fact})"] == card.splitlines()
     assert [f"Ann likes climbing (#{liked})"] == mem.persona(user="ann", budget=9).splitlines()
     first = mem.context("nurse", user="ann", persona=True).splitlines()
-    assert [f"persona · {line}" for line in card.splitlines()] == first[:2]
+    assert [f"persona · {line}" for line in card.splitlines()] == first[1:3]
     assert "persona ·" not in mem.context("nurse", user="ann")
 
 
@@ -224,7 +224,7 @@ def test_real_model_end_to_end_scenarios_persona_and_forget(tmp_path, cache):
         for scenario in mem.scenarios():
             assert {mem.get(a).user for a in scenario.atom_ids} == {"ann"}
         block = mem.context("where are we on the payment refactor?", scenarios=True, persona=True)
-        assert block.startswith("persona · ")
+        assert block.splitlines()[1].startswith("persona · ")  # after the header
         mem.forget(user="ann")
         assert ("", []) == (mem.persona(), mem.scenarios())
 

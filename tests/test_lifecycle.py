@@ -165,13 +165,13 @@ def test_a_plan_called_off_supersedes_the_plan(mini):
 
 
 def test_a_cancellation_in_chinese_supersedes_the_trip(mini):
-    trip = tell(mini, {**fact("国庆要去", "成都玩", subject="陈静", kind="event"), "date": "2026-10"}, "2026-09-20T09:00:00")
-    off = tell(mini, fact("取消了", "成都的行程", subject="陈静", kind="event"), "2026-09-29T09:00:00")
+    trip = tell(mini, {**fact("国庆要去", "成都玩", subject="林晓", kind="event"), "date": "2026-10"}, "2026-09-20T09:00:00")
+    off = tell(mini, fact("取消了", "成都的行程", subject="林晓", kind="event"), "2026-09-29T09:00:00")
     assert ("superseded", off[1]) == (mini.get(trip[1]).status, mini.get(trip[1]).superseded_by)
 
 
 @pytest.mark.parametrize("habit, given_up", [
-    (fact("是", "重度咖啡党，每天至少三杯美式", subject="陈静"), fact("说", "医生让陈静把咖啡戒了", subject="陈静")),
+    (fact("是", "重度咖啡党，每天至少三杯美式", subject="林晓"), fact("说", "医生让林晓把咖啡戒了", subject="林晓")),
     (fact("drinks", "coffee every morning"), fact("quit", "coffee last month", kind="event")),
 ])
 def test_giving_up_a_habit_supersedes_it(mini, habit, given_up):

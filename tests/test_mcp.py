@@ -11,6 +11,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 import memdb
 from memdb.cli import main
+from tests.test_browse import build
 from tests.test_endpoint import stub  # noqa: F401 - the stub OpenAI-compatible server, a fixture
 
 
@@ -68,7 +69,7 @@ def test_an_mcp_client_remembers_recalls_reads_and_forgets(tmp_path):
         ("recall", {"query": "bees roof"}),
         ("persona", {}),
     ], "--user", "alice")
-    assert ["context", "events", "forget", "persona", "profile", "recall", "remember"] == tools
+    assert ["context", "events", "forget", "history", "persona", "profile", "recall", "remember", "show"] == tools
     remembered, recalled, context, profile, events, other_user, persona = map(payload, results)
     assert [f"Alice likes science fiction movies (#{profile[0]['id']})"] == persona.splitlines()
     assert "My cat Miso is afraid of the vacuum." == recalled[0]["text"]
@@ -116,6 +117,35 @@ def test_all_users_says_so_loudly(tmp_path, monkeypatch, capsys):
     assert "WARNING: serving every user" in capsys.readouterr().err
 
 
+def test_history_and_show_explain_a_memory_to_the_served_user_only(tmp_path):
+    db = tmp_path / "agent.db"
+    ids = build(db)  # alice liked coffee, then hated it; wang's memories are in Chinese
+    _, results = serve_and_call(str(db), [
+        ("history", {"atom_id": ids["hates"]}),
+        ("show", {"atom_id": ids["likes"]}),
+        ("show", {"turn_id": ids["hate_turn"]}),
+        ("history", {"atom_id": ids["cake"]}),
+        ("show", {"atom_id": ids["cake"]}),
+        ("show", {"turn_id": ids["cake_turn"]}),
+        ("show", {}),
+    ], "--user", "alice")
+    history, shown, turn, other_history, other_atom, other_turn, neither = results
+    assert [(ids["likes"], "Alice likes coffee", "superseded", ids["hates"], "2026-03-05T09:00:00", [ids["like_turn"]]),
+            (ids["hates"], "Alice hates coffee", "active", None, None, [ids["hate_turn"]])] == [
+        (v["id"], v["text"], v["status"], v["superseded_by"], v["valid_to"], v["turn_ids"]) for v in payload(history)]
+    atom = payload(shown)
+    assert {"kind": "preference", "subject": "Alice", "predicate": "likes", "object": "coffee",
+            "sentiment": "like"} == {k: v for k, v in atom["record"].items() if k != "lang"}
+    assert (ids["hates"], ["I really like coffee in the morning."]) == (
+        atom["superseded_by"], [t["content"] for t in atom["sources"]])
+    assert ("I hate coffee now, it hurts my stomach.", "2026-03-05T09:00:00") == (
+        payload(turn)["content"], payload(turn)["ts"])
+    for refused, what in [(other_history, f"atom with id {ids['cake']}"), (other_atom, f"atom with id {ids['cake']}"),
+                          (other_turn, f"turn with id {ids['cake_turn']}")]:
+        assert refused.is_error and f"no {what} for user 'alice'" in refused.content[0].text
+    assert neither.is_error and "show takes exactly one of atom_id, turn_id" in neither.content[0].text
+
+
 def test_with_all_users_every_call_names_one(tmp_path):
     db = filled(tmp_path)
     _, (unnamed, named) = serve_and_call(db, [("profile", {}), ("profile", {"user": "alice"})], "--all-users")
@@ -135,14 +165,14 @@ def test_the_cli_help_lists_mcp_and_says_where_bigger_models_go(capsys):
             main(argv)
     shown = capsys.readouterr().out
     assert "serve the memory to an MCP client" in shown
-    assert "Bigger models: add, extract, context, demo and mcp take --llm" in shown
+    assert "Bigger models: add, extract, context, persona, demo and mcp take --llm" in shown
     assert "--llm LLM" in shown.split("usage: memdb mcp")[1]
 
 
 def test_without_the_mcp_package_the_command_says_how_to_get_it(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails as if not installed
     assert 2 == main(["mcp", str(tmp_path / "agent.db"), "--embedder", "none", "--user", "alice"])
-    assert "the MCP server needs the mcp package (2.x): pip install 'memdb[mcp]'" in capsys.readouterr().err
+    assert "the MCP server needs the mcp package (2.x): pip install 'memdb-sqlite[mcp]'" in capsys.readouterr().err
 
 
 def test_remember_extracts_at_once_with_the_model_given_by_llm(tmp_path, stub):
@@ -157,3 +187,19 @@ def test_remember_extracts_at_once_with_the_model_given_by_llm(tmp_path, stub):
     assert {"turn_ids": [1]} == payload(remembered)
     assert ["Anna likes green tea"] == [a["text"] for a in payload(profile)]
     assert 1 == len(stub.chats())
+
+
+def test_remember_names_the_speaker_from_the_served_user_or_the_name_given(tmp_path):
+    db = str(tmp_path / "agent.db")
+    serve_and_call(db, [
+        ("remember", {"messages": [{"role": "user", "content": "I moved to Porto."},
+                                   {"role": "assistant", "content": "Porto, lovely."}]}),
+        ("remember", {"messages": [{"role": "user", "content": "I teach piano."}], "name": "Ines",
+                      "ts": "2026-04-01T10:00:00"}),
+    ], "--user", "ines")
+    with memdb.open(db, embedder=None, extract="defer") as mem:
+        turns = [(t["role"], t["speaker"], t["content"]) for t in mem.export("ines") if t["type"] == "turn"]
+        taught = [t for t in mem.export("ines") if t["type"] == "turn" and t["content"] == "I teach piano."]
+    assert [("user", "ines", "I moved to Porto."), ("assistant", None, "Porto, lovely."),
+            ("user", "Ines", "I teach piano.")] == turns
+    assert "2026-04-01T10:00:00" == taught[0]["ts"]

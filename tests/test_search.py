@@ -129,10 +129,11 @@ def test_unextracted_turns_are_found_in_both_layer(mem, alice):
 
 
 def test_context_respects_budget_and_renders_dates(mem, alice):
-    block = mem.context("what database and language does the backend use", user="alice", budget=30, layer="atoms")
-    lines = block.splitlines()
+    block = mem.context("what database and language does the backend use", user="alice", budget=40, layer="atoms")
+    header, *lines = block.splitlines()
+    assert mem.settings.context_header == header
     assert lines and lines[0].startswith("2026-10-01 · fact · backend")
-    assert sum(mem.count_tokens(line + "\n") for line in lines) <= 30
+    assert sum(mem.count_tokens(line + "\n") for line in [header, *lines]) <= 40
     assert len(mem.context("backend", user="alice", budget=1000).splitlines()) > len(lines)
 
 
@@ -144,7 +145,7 @@ def test_context_groups_atoms_from_the_same_turn(mem, alice):
 def test_context_brings_the_turn_behind_a_note_when_it_says_more(mem, alice):
     block = mem.context("what database do we use?", user="alice", budget=200, k=1)
     assert ["2026-10-01 · fact · backend database is PostgreSQL",
-            "2026-10-01 · user: We use PostgreSQL for everything, and Go on the backend."] == block.splitlines()[:2]
+            "2026-10-01 · user: We use PostgreSQL for everything, and Go on the backend."] == block.splitlines()[1:3]
     assert "backend language is Go" not in block  # the turn shown whole already says it
 
 
@@ -170,7 +171,7 @@ def test_profile_and_events(mem, alice):
 
 
 def test_intent_classifier():
-    assert "time" == search_query.intent("When did Caroline go to the support group?")
+    assert "time" == search_query.intent("When did Rosalind go to the support group?")
     assert "time" == search_query.intent("v2 什么时候发布的？")
     assert "preference" == search_query.intent("Any movie you would recommend?")
     assert "lookup" == search_query.intent("What database do we use?")
@@ -214,7 +215,8 @@ def test_bad_search_arguments_name_the_field(mem):
 
 def test_turn_lines_name_the_role_when_no_speaker(mem):
     mem.add([{"role": "assistant", "content": "Your train leaves at 9.", "ts": "2026-10-05T10:00:00"}], user="u")
-    assert "2026-10-05 · assistant: Your train leaves at 9." == mem.context("train", user="u", budget=100)
+    assert [mem.settings.context_header, "2026-10-05 · assistant: Your train leaves at 9."] == mem.context(
+        "train", user="u", budget=100).splitlines()
 
 
 def test_turns_the_prefilter_skipped_rank_lower(mem):
@@ -319,13 +321,17 @@ class NarrowEmbedder:
 
 
 def test_cosines_are_measured_from_the_embedders_baseline(tmp_path):
-    # Unrelated texts at cosine 0.75 pass a floor of 0.2 unless search knows 0.75 means nothing.
+    # Unrelated texts at cosine 0.75 pass a floor of 0.2 unless search knows 0.75 means nothing:
+    # from the embedder's constant (query_baseline=False), or from the query's own cosine to
+    # everyday statements (the default), which needs no constant at all.
     found = {}
-    for baseline in (None, 0.75):
-        with memdb.open(tmp_path / f"{baseline}.db", embedder=NarrowEmbedder(baseline), extract="defer") as mem:
+    constant = Settings(query_baseline=False, min_similarity=0.2)
+    for name, baseline, settings in [("none", None, constant), ("constant", 0.75, constant), ("query", None, Settings())]:
+        with memdb.open(tmp_path / f"{name}.db", embedder=NarrowEmbedder(baseline), extract="defer",
+                        settings=settings) as mem:
             _bob_and_alice(mem)
-            found[baseline] = [h.text for h in mem.search("peanut allergies", user="bob", k=10)]
-    assert (5, []) == (len(found[None]), found[0.75])
+            found[name] = [h.text for h in mem.search("peanut allergies", user="bob", k=10)]
+    assert (5, [], []) == (len(found["none"]), found["constant"], found["query"])
 
 
 def test_a_chinese_question_searches_its_content_bigrams_not_its_function_words():

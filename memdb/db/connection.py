@@ -25,7 +25,7 @@ from ..errors import EmbedderMismatch, SchemaError
 
 log = logging.getLogger("memdb")
 APPLICATION_ID = 0x6D656D64  # "memd"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -52,7 +52,7 @@ def _section(start: str, end: str) -> str:
 # Migrations: MIGRATIONS[v] takes a file from user_version v to v + 1.
 MIGRATIONS: dict[int, str] = {
     # the atom's fields readable from stock sqlite3 (atom_fields_v, atom_records_v)
-    1: _section("-- [record views]", "-- [vectors]"),
+    1: _section("-- [record views]", "-- [slots]") + _section("-- [record view definitions]", "-- [vectors]"),
     # 2 → 3: FTS5 secure-delete on, and one optimize that drops the terms earlier updates and
     # deletes left behind in old segments (a merged atom's rewritten row, a forgotten turn).
     2: """
@@ -64,6 +64,9 @@ MIGRATIONS: dict[int, str] = {
     # 3 → 4: L2 scenarios and the L3 persona card, empty: Memory.build_layers() (or
     # `memdb scenarios FILE --build`) places the atoms a file already holds.
     3: _section("-- [layers]", "-- [record views]"),
+    # 4 → 5: a note's slots (attribute, value, polarity) in its record, and the views that show them.
+    4: 'drop view if exists "atom_records_v"; drop view if exists "atom_fields_v";'
+       + _section("-- [slots]", "-- [vectors]"),
 }
 
 

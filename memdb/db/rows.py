@@ -60,6 +60,7 @@ class Hit:
     kind: str | None = None  # atoms only
     status: str | None = None  # atoms only
     speaker: str | None = None  # turns only
+    role: str | None = None  # turns only: user, assistant, system or tool
     conflicts: list[int] = field(default_factory=list)  # atoms that disagree with this one
     shows: list[int] = field(default_factory=list)  # scenarios only: atoms whose text the line holds
 
@@ -326,16 +327,17 @@ def _turn_dicts(found: list[tuple]) -> list[dict]:
 # The columns a Hit is made from, for an atom (alias a) and a turn (alias t).
 ATOM_HIT = (f'\'atom\', a."id", a."text", {{score}}, {SOURCE_IDS}, '
             f'case when a."kind" = {codec.KINDS["event"]} then a."valid_from" else a."last_seen" end, '
-            'a."kind", a."status", null')
+            'a."kind", a."status", null, null')
 TURN_HIT = ('\'turn\', t."id", t."content", {score}, cast(t."id" as text), t."ts", null, null, '
-            'coalesce(t."speaker", (select r."name" from "roles" r where r."code" = t."role"))')
+            'coalesce(t."speaker", (select r."name" from "roles" r where r."code" = t."role")), '
+            '(select r."name" from "roles" r where r."code" = t."role")')
 
 
 def hit(row: tuple) -> Hit:
     """A Hit from a row of ATOM_HIT or TURN_HIT columns."""
-    layer, id_, line, score, turn_ids, ts, kind, status, speaker = row
+    layer, id_, line, score, turn_ids, ts, kind, status, speaker, role = row
     return Hit(id=id_, layer=layer, text=line, score=float(score or 0.0), turn_ids=parse_ids(turn_ids), ts=ts,
-               kind=codec.KIND_NAMES.get(kind), status=codec.STATUS_NAMES.get(status), speaker=speaker)
+               kind=codec.KIND_NAMES.get(kind), status=codec.STATUS_NAMES.get(status), speaker=speaker, role=role)
 
 
 # Every atom linked to ? through superseded_by, in either direction: one version chain.
@@ -381,11 +383,25 @@ def atoms_from_turn(conn: apsw.Connection, turn_id: int) -> list[Atom]:
                       'order by a."id"', (turn_id,))
 
 
-def session_turns(conn: apsw.Connection, user: str) -> list[dict]:
-    """The user's turns in session order, as dicts (TURN_KEYS)."""
+def session_turns(conn: apsw.Connection, user: str, session: str | None = None) -> list[dict]:
+    """The user's turns as dicts (TURN_KEYS): of one session in its order, or all of them in
+    time order (ts, then id for turns stored with the same time)."""
     columns = ", ".join(f'"{k}"' for k in TURN_KEYS)
-    return _turn_dicts(conn.execute(f'select {columns} from "turns" where "user" = ? order by "session", "seq"',
+    if session is not None:
+        return _turn_dicts(conn.execute(f'select {columns} from "turns" where "user" = ? and "session" = ? '
+                                        'order by "seq", "id"', (user, session)).fetchall())
+    return _turn_dicts(conn.execute(f'select {columns} from "turns" where "user" = ? order by "ts", "id"',
                                     (user,)).fetchall())
+
+
+def users(conn: apsw.Connection) -> list[dict]:
+    """Every user of the file with their turn and atom counts and the time of their latest turn."""
+    found = conn.execute(
+        'select u."user", (select count(*) from "turns" t where t."user" = u."user"), '
+        '(select count(*) from "atoms" a where a."user" = u."user"), '
+        '(select max("ts") from "turns" t where t."user" = u."user") '
+        'from (select "user" from "turns" union select "user" from "atoms") u order by u."user"').fetchall()
+    return [{"user": u, "turns": t, "atoms": a, "last_ts": ts} for u, t, a, ts in found]
 
 
 def user_turn_ids(conn: apsw.Connection, user: str) -> list[int]:

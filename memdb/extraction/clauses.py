@@ -13,17 +13,18 @@ from __future__ import annotations
 import re
 
 from .. import text, timeparse
+from . import lexicon, persons, slots
 from .prefilter import FIRST_PERSON_WORDS, sentence_kind
 
 # Leading words that carry nothing ("Yeah, so I ..." → "I ...").
 _FILLER = re.compile(
     r"^(?:(?:yeah|yes|yep|oh|wow|well|so|also|anyway|btw|by the way|actually|haha|lol|hey|hi|thanks|thank you|"
     r"totally|cool|great|nice|sure|ok|okay|and|but|plus|oh and|good tip|nice)\b[\s,!.:–-]*)+", re.I)
-_VOCATIVE = re.compile(r"^[A-Z][a-z]+,\s*|,\s*[A-Z][a-z]+$")  # "Mel, ..." / "..., Caroline"
+_VOCATIVE = re.compile(r"^[A-Z][a-z]+,\s*|,\s*[A-Z][a-z]+$")  # "Bea, ..." / "..., Rosalind"
 _ZH_FILLER = re.compile(r"^(?:哈哈+|嗯+|对了|另外|还有|其实|说实话|不过|然后|所以|好的|好嘞|跟你说|跟你讲个八卦|"
                         r"(?:有|对|是的|没错|可以|行)(?=[，,]))[，,、：:\s]*")
-_CLAUSE = re.compile(r"\s*(?:;|:|—|–| - |, but |, and |, so |, which | but | and then | and (?=it |it's |that |this ))\s*",
-                     re.I)
+_CLAUSE = re.compile(r"\s*(?:;|:|—|–| - |, but |, and |, so |, which | but | and then | and (?=it |it's |that |this )"
+                     r"|,\s+(?=(?:I|I'm|I've|I'll|I'd|my|My|we|We|we're|We're)\b))\s*")
 _ZH_SENTENCE = re.compile(r"[^。！？!?；;\n]+")
 _BRACKETS = re.compile(r"\[[^\]]*\]|\([^)]*\)|（[^）]*）")
 # A clause worth a note names something: a durable verb about the speaker, a number, a name.
@@ -38,7 +39,7 @@ _NOT_NAMES = frozenset("""The This That These Those It Its There Here What When 
     Tomorrow Last Next Every Some Any All Both Each Most Many Much More Not No Yes Got Had Have Has
     Been Being Was Were Is Are Am Do Does Did Can Could Would Should Will Going Gonna Wanna Looking
     Thinking Hope Hoping Feel Feeling Taking Making Getting Working Having Being Trying""".split())
-# "陪朵朵", "带老王", "叫年糕": two characters after a verb that takes a person (or pet) are a name.
+# "陪豆豆", "带老周", "叫汤圆": two characters after a verb that takes a person (or pet) are a name.
 _ZH_PERSON = re.compile(r"(?:陪|带着?|叫|跟|和|给)([\u4e00-\u9fff]{2})(?=[，,。！？\s]|$)")
 _PRONOUN = re.compile(r"\b(?:she|he|her|him|his)\b|[她他]", re.I)
 MAX_CLAUSE_CHARS = {"en": 140, "zh": 48}
@@ -60,11 +61,18 @@ def notes(content: str, speaker: str, names: set[str], covered: set[str], ts: st
         keys = {t for t in terms if re.search(r"[a-z0-9]", t)} if zh else set()
         if terms and len(terms & covered) >= len(terms) / 2 and keys <= covered:
             continue  # the model already said it (in Chinese, its names and numbers too)
+        if found and not zh and _POINTS_BACK.match(clause):  # "… a half marathon. It's on the 21st.": extract.py
+            found.append({"subject": speaker, "object": clause})  # lends its date to the note before
+            continue
         record = _as_record(clause, speaker, names | ({person} if person else set()), zh, content)
         if record:
             found.append(record)
             covered |= terms
     return found
+
+
+# A clause that only dates the one before it ("It's on the 21st next month").
+_POINTS_BACK = re.compile(r"^(?:it|that)(?:'s| is| was|'ll be| will be)\s+(?=(?:on|in|at|next|this|last|tomorrow)\b)", re.I)
 
 
 def _clauses(content: str, zh: bool) -> list[str]:
@@ -77,11 +85,23 @@ def _clauses(content: str, zh: bool) -> list[str]:
         return [c for c in out if c]
     out = []
     for sentence in text.sentences(content):
-        for part in _CLAUSE.split(sentence):
+        for part in _aside_kept(_CLAUSE.split(sentence)):
             part = _FILLER.sub("", part.strip(" ,.!")).strip(" ,.!")
             part = _VOCATIVE.sub("", part)
             out += _cut(part, MAX_CLAUSE_CHARS["en"], ", ")
     return [c for c in out if c]
+
+
+def _aside_kept(parts: list[str]) -> list[str]:
+    # "I'm carving out me-time - running, reading, or playing my violin": a part that opens
+    # with an -ing word or a list is the clause before it, said again in detail.
+    kept: list[str] = []
+    for part in parts:
+        if kept and re.match(r"[a-z]+ing\b(?!\s+(?:is|are|was)\b)", part.strip()):
+            kept[-1] = f"{kept[-1]}: {part.strip()}"
+        else:
+            kept.append(part)
+    return kept
 
 
 def _cut(clause: str, limit: int, joint: str) -> list[str]:
@@ -100,10 +120,19 @@ def _cut(clause: str, limit: int, joint: str) -> list[str]:
 
 def _states_something(clause: str, zh: bool, ts: str) -> bool:
     if zh:
-        return sum(text.is_cjk(ch) and ch not in text.ZH_STOP_CHARS for ch in clause) >= 4
-    if len(text.terms(clause)) < 2:
+        said = sum(text.is_cjk(ch) and ch not in text.ZH_STOP_CHARS for ch in clause) + 2 * len(_ENTITY.findall(clause))
+        return said >= 4 or "我" in clause and bool(slots.read("", clause).get("attribute"))  # "我住在青岛"
+    terms = text.terms(clause)
+    if len(terms) < 2:
         return False
+    opened = _subject_first(persons.discourse_free(clause))
+    own = _OWN_SUBJECT.match(opened)
+    if own and (len(terms) >= 3 or slots.read("", persons.drop_leading_i(opened)).get("attribute")):
+        return True  # "I just launched an ad campaign for my store", "I'm vegetarian": the speaker's own
     return bool(_DURABLE.search(clause) or _ENTITY.search(clause) or timeparse.find(clause, ts))
+
+
+_OWN_SUBJECT = re.compile(r"(?:i|i['’](?:m|ve|ll|d)|my|we|we['’](?:re|ve|ll)|our)\s", re.I)
 
 
 def _as_record(clause: str, speaker: str, names: set[str], zh: bool, content: str = "") -> dict | None:
@@ -113,49 +142,99 @@ def _as_record(clause: str, speaker: str, names: set[str], zh: bool, content: st
 
 
 def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
+    # The subject opens the clause: 我 / 我们 / 我的 (the speaker: gate.repair_persons writes the
+    # rest), a name the turn gives, or nobody (chat leaves the speaker out: "周末一般去爬山").
     named = _last_named(clause, others)
     clause = re.sub(r"[她他](?=是|今年|这学期|天天|最近|突然|叫)", named or "\\g<0>", clause) if named else clause
-    clause = clause.replace("我们", speaker).replace("我", speaker)
-    for name in [speaker, *others]:
+    for name in others:
         if clause.startswith(name):
             return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
+    if clause.startswith("我的"):
+        return {"subject": speaker, "object": clause[1:]}  # "的女儿六岁": the name joins it
     return {"subject": speaker, "object": clause}
 
 
 def _en_record(clause: str, speaker: str, names: set[str], others: list[str], content: str) -> dict | None:
+    clause = persons.discourse_free(clause)
     first = re.match(r"([A-Z][a-z]+)\s+(?!is\b|was\b)([a-z].*)", clause)
     if first and first.group(1) not in _NOT_NAMES and re.search(rf"[a-z,]\s+{first.group(1)}\b", content):
-        # "Oh, and Priya told us she's leaving …": a name, capitalised mid-sentence, about Priya
+        # "Oh, and Anika told us she's leaving …": a name, capitalised mid-sentence, about Anika
         return {"subject": first.group(1), "object": first.group(2)}
-    if FIRST_PERSON_WORDS.search(clause) is None and not any(n in clause for n in others) and _PRONOUN.search(clause):
-        return None  # about someone only a pronoun names
     clause = _subject_first(clause)
-    said = re.sub(r"^(?:i'm|i am|we're|we are)\b", "is", clause, flags=re.I)
-    said = re.sub(r"^(?:i've|i have|we've|we have)\b", "has", said, flags=re.I)
-    said = re.sub(r"^(?:i'll|we'll)\b", "will", said, flags=re.I)
-    said = re.sub(r"^(?:i'd|we'd)\b", "would", said, flags=re.I)
-    said = re.sub(r"^(?:i|we)\b\s*", "", said, flags=re.I)
-    if said != clause and re.match(r"i\s", clause, re.I):  # "we all have" stays plural
-        said = _third_person(said)
-    if said != clause:
-        return {"subject": speaker, **_verb_and_rest(said)}
+    mine = _IS_MINE.match(clause)
+    if mine:  # "Dance is pretty much my go-to for stress relief" → "Ana's go-to for stress relief | is | dance"
+        return {"subject": f"{speaker}'s {mine.group(2)}", "predicate": "is", "object": mine.group(1)[:1].lower() + mine.group(1)[1:]}
+    with_name = re.match(r"^([A-Z][a-z]+)\s+and\s+(?:I|me)\s+(.+)$", clause)
+    if with_name and with_name.group(1) not in _NOT_NAMES:  # "Kai and I got married" → "Ana and Kai got married"
+        return {"subject": speaker, "predicate": f"and {with_name.group(1)}", "object": with_name.group(2)}
+    pair = _WITH_ME.match(clause)
+    if pair:  # "my partner Emil and I are moving …" → "Ana and her partner Emil are moving …"
+        return {"subject": speaker, "predicate": f"and my {pair.group(1)}", "object": pair.group(2)}
+    if re.match(r"i\b|i['’]", clause, re.I):
+        return {"subject": speaker, **_verb_and_rest(persons.drop_leading_i(clause))}
+    if re.match(r"we\b|we['’]", clause, re.I):  # "we use Go" → "Ana's team uses Go"
+        return {"subject": persons.we_are(clause, speaker), **_verb_and_rest(_we_verb(clause))}
     for name in others:
         if clause.startswith(name + " "):
             return {"subject": name, "object": clause[len(name) + 1:]}
-    if re.match(r"^(?:my|our)\b", clause, re.I):
-        return {"subject": f"{speaker}'s " + clause.split(" ", 2)[1], "object": clause.split(" ", 2)[2]} \
-            if clause.count(" ") >= 2 else None
-    named = [m for m in _ENTITY.findall(clause) if m not in names and not any(m in n for n in names)]
-    own = re.search(r"\b(?:my|me|myself)\b", clause, re.I) and _DURABLE.search(clause)
-    if not (named or own or timeparse.find(clause, "2000-01-01")):  # any reference day: only whether a time is named
-        return None  # a remark with no name, number, time or own thing in it: small talk far more often than a fact
-    return {"subject": speaker, "predicate": "says", "object": clause[:1].lower() + clause[1:] if not named else clause}
+    own = re.match(r"^(?:my|our)\s+((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+(?=(?:%s|[a-z]+(?<!s)s|[a-z]+ed)\b)(.+)$" % _VERBS,
+                   clause, re.I)
+    if own:  # "my sister's wedding is in June" → "Ana's sister's wedding | is in June"
+        return {"subject": f"{speaker}'s {own.group(1)}", **_verb_and_rest(own.group(2))}
+    person = _pronoun_person(clause, content, speaker, names)
+    if person:  # "He landed a job there", the turn naming one other person: that person
+        return {"subject": person, "object": re.sub(r"^\w+\s+", "", clause)}
+    if _PRONOUN.match(clause) or lexicon.alternation("en", "pronoun_subjects").match(clause):
+        return None  # about someone or something only a pronoun names
+    rule = lexicon.alternation("en", "rule_openers").match(clause) or lexicon.alternation("en", "rule_words").search(clause)
+    if rule and not persons.FIRST_PERSON.search(clause) and not re.search(r"\b(?:it|this|that|had|was)\b", clause, re.I):
+        # "No hosted APIs, no pasting rows into web tools": a rule, and whose it is
+        return {"subject": f"{speaker}'s rule:", "object": clause[:1].lower() + clause[1:]}
+    thing = re.match(r"^((?:[\w'-]+\s+){0,4}?[\w'-]+)\s+(?=(?:%s)\b)(.+)$" % _VERBS, clause, re.I)
+    if thing and (rule or _ENTITY.search(clause) or timeparse.find(thing.group(2), "2000-01-01")
+                  or slots.polarity(thing.group(2)) == "ended"):
+        # "The offsite is on June 4", "The Crete trip is off", "Anything with client data stays
+        # inside our VPC": a thing of the speaker's, with a name, number, time, rule or ending
+        noun = re.sub(r"^(?:our|my|the)\s+(?!(?:%s)\b)" % "|".join(lexicon.words("en", "pronoun_subjects")),
+                      f"{speaker}'s ", thing.group(1), flags=re.I)
+        return {"subject": noun[:1].upper() + noun[1:], **_verb_and_rest(thing.group(2))}
+    return None  # a remark without its own subject: the raw turn says it better than a note could
+
+
+# "X is my favourite Y": the speaker's Y is X.
+_IS_MINE = re.compile(r"^((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+(?:is|are)\s+(?:pretty much\s+|basically\s+|definitely\s+|really\s+)?my\s+(.+)$",
+                      re.I)
+# "my partner Emil and I are …": the speaker and someone of theirs, the speaker's name first.
+_WITH_ME = re.compile(r"^(?:my|our)\s+((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+and\s+(?:I|me)\s+(.+)$", re.I)
+# Verbs that end a noun phrase ("my sister's wedding | is …").
+_VERBS = ("is|are|was|were|has|have|had|will|would|can|could|must|should|can't|cannot|won't|doesn't|isn't|got|gets|moved|"
+          "keeps|kept|loves?|likes?|hates?|wants?|needs?|lives?|works?|moved|just|also|still|never|always|started|"
+          "stopped|turned|went|goes|stays|comes|runs|takes|costs|starts|ends|plays?|made|says|said|seems|looks")
+
+
+def _we_verb(clause: str) -> str:
+    """"we use Go" said of a team: "uses Go"."""
+    clause = re.sub(r"^(we(?:['’](?:re|ve|ll|d))?)\s+(?:all|both)\b", r"\1", clause, flags=re.I)
+    rest = re.sub(r"^we(?:['’](re|ve|ll|d))?\s*", lambda m: {"re": "is ", "ve": "has ", "ll": "will ", "d": "would "}
+                  .get(m.group(1) or "", ""), clause, flags=re.I)
+    return persons.agree(rest) if not re.match(r"(?:is|has|will|would)\b", rest) else rest
+
+
+def _pronoun_person(clause: str, content: str, speaker: str, names: set[str]) -> str | None:
+    # "he"/"she" opening a clause, when the turn before it names exactly one other person.
+    if not re.match(r"(?:he|she)\b", clause, re.I):
+        return None
+    before = content[: max(0, content.find(clause))] if clause in content else content
+    relation = "|".join(lexicon.words("en", "relations"))
+    found = {m for m in re.findall(rf"\b(?:{relation})\s+([A-Z][a-z]+)", before) if m not in _NOT_NAMES and m != speaker}
+    found |= {n for n in names if n != speaker and re.search(rf"\b{re.escape(n)}\b", before)}
+    return found.pop() if len(found) == 1 else None
 
 
 # "Right now I'm setting up …": a time or place before the speaker, moved behind the statement.
 _LEAD = re.compile(r"^((?:right now|for now|these days|this (?:week|month|year)|last (?:week|month|year)|today|now|"
                    r"currently|lately|recently|at (?:work|home)|for (?:deployment|work|now)|since \w+)\s*,?\s+)"
-                   r"(?=(?:i|we)\b)", re.I)
+                   r"(?=(?:i|we|my|our)\b)", re.I)
 # "Been training since March", "Thought about …": the speaker left out, as people do in chat.
 _ELIDED = re.compile(r"^(gonna|wanna|been|thought|got|went|had|started|finished|spent|took|made|tried|found|bought|signed|lost|won|"
                      r"quit|left|met|saw|joined|moved|visited|adopted|decided|learned|loved)\b\s*",
@@ -167,6 +246,9 @@ def _subject_first(clause: str) -> str:
     lead = _LEAD.match(clause)
     if lead:
         return f"{clause[lead.end():]} {lead.group(1).strip(' ,').lower()}"
+    doing = re.match(r"([A-Z][a-z]+ing)\s+(?!.*\b(?:is|are|was|were|isn't|aren't|wasn't)\b)", clause)
+    if doing and doing.group(1) not in _NOT_NAMES:  # "Researching adoption agencies": what the speaker is doing
+        return f"I am {clause[:1].lower()}{clause[1:]}"
     elided = _ELIDED.match(clause)
     if elided and clause[0].isupper():
         verb = elided.group(1).lower()
@@ -186,28 +268,6 @@ def _verb_and_rest(said: str) -> dict:
     the slot the lifecycle compares (a new city replaces the old, a repeat merges)."""
     m = _VERB_GROUP.match(said)
     return {"predicate": m.group(1), "object": m.group(2)} if m else {"object": said}
-
-
-_NOT_PRESENT = re.compile(r"(?:\w+ed|can|could|will|would|should|must|might|may|am|is|has|does|was|were|had|did|got|went|"
-                          r"made|took|saw|met|ran|won|lost|found|gave|told|came|left|bought|thought|felt)$", re.I)
-_ADVERB = re.compile(r"(?:just|also|really|still|always|never|often|usually|sometimes|totally|basically|"
-                     r"already|finally|recently|even|mostly|actually)$", re.I)
-
-
-def _third_person(said: str) -> str:
-    """"love sci-fi" said by "I" → "loves sci-fi" said of Bob: the verb agrees with the name."""
-    verb, _, rest = said.partition(" ")
-    if _ADVERB.match(verb) and rest:
-        return f"{verb} {_third_person(rest)}"
-    if not verb.isalpha() or _NOT_PRESENT.match(verb) or verb.lower() in ("have", "do", "go"):
-        return {"have": "has", "do": "does", "go": "goes"}.get(verb.lower(), verb) + (" " + rest if rest else "")
-    if re.search(r"(?:s|sh|ch|x|z|o)$", verb):
-        verb += "es"
-    elif re.search(r"[^aeiou]y$", verb):
-        verb = verb[:-1] + "ies"
-    else:
-        verb += "s"
-    return verb + (" " + rest if rest else "")
 
 
 def _last_named(clause: str, others: list[str]) -> str | None:

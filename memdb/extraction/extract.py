@@ -15,16 +15,17 @@ far more often than a hard turn). Bad model output never raises.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import codec, text
 from ..errors import InvalidInput, ModelError
 from ..models.protocols import LLM
 from ..settings import Settings
-from . import clauses, gate, normalize
+from . import clauses, gate, normalize, persons, slots
 from .ground import ground
 from .parse import parse_output
 from .prefilter import FIRST_PERSON_WORDS, prefilter
@@ -32,6 +33,11 @@ from .prompt import MAX_ATOMS_PER_TURN, build_messages, max_tokens_for, output_s
 from .records import Candidate, Outcome, Turn
 
 log = logging.getLogger("memdb")
+
+Pronouns_of = Callable[[str], persons.Pronouns]
+# Predicates that only report speech: the note is what was said.
+_REPORTING = re.compile(r"(?:says?|said|mentions?|mentioned|tells?|told|notes?|noted|states?|stated|"
+                        r"explains?|explained|adds?|added|writes?|wrote|说|提到|表示)", re.I)
 
 MAX_FILLED_PER_TURN = 3  # notes taken from the turn's words where the model wrote none
 MAX_NOTES_PER_TURN = 5  # the model's and those together
@@ -47,6 +53,7 @@ def extract(turns: list[Turn], llm: LLM, *, history: Sequence[Turn] = (), contex
     """
     settings = settings or Settings()
     names = {t.speaker for t in [*history, *turns] if t.speaker}
+    pronouns = functools.partial(persons.Pronouns.ask, llm=llm)
     outcomes: dict[int, Outcome] = {}
     sources: list[Turn] = []
     for turn in turns:
@@ -60,7 +67,7 @@ def extract(turns: list[Turn], llm: LLM, *, history: Sequence[Turn] = (), contex
     for i, turn in enumerate(sources):
         at = sequence.index(turn)
         shown = sequence[max(0, at - context) : at] if context else []
-        found, outcome = _extract_turn(turn, shown, llm, names, _listener(sequence, at), settings)
+        found, outcome = _extract_turn(turn, shown, llm, names, _listener(sequence, at), settings, pronouns)
         candidates += found
         outcomes[turn.id] = outcome
         if outcome.state == "failed":
@@ -81,12 +88,12 @@ def _listener(sequence: list[Turn], at: int) -> str | None:
 
 
 def _extract_turn(turn: Turn, shown: list[Turn], llm: LLM, names: set[str], listener: str | None,
-                  settings: Settings) -> tuple[list[Candidate], Outcome]:
+                  settings: Settings, pronouns: Pronouns_of) -> tuple[list[Candidate], Outcome]:
     """The notes the rules take from the turn when they cover enough of what it says (no model
     call); else one model call (plus at most one retry) and the rules' notes for what it left out."""
     if settings.extract_fill and settings.extract_rules_cover < 1:
         outcome = Outcome("done")
-        ruled = _fill_gaps(turn, [], names, listener, settings, outcome)
+        ruled = _fill_gaps(turn, [], names, listener, settings, outcome, pronouns)
         if ruled and _coverage(turn, ruled, names) >= settings.extract_rules_cover:
             return _lend_dates(ruled, outcome), outcome
     messages = build_messages([turn], shown, [turn])
@@ -108,7 +115,7 @@ def _extract_turn(turn: Turn, shown: list[Turn], llm: LLM, names: set[str], list
         if "_invalid" in atom:
             _count(outcome, "invalid atom")
             continue
-        candidate, why = _candidate(atom, turn, names, listener, settings)
+        candidate, why = _candidate(atom, turn, names, listener, settings, pronouns)
         if candidate is None:
             _count(outcome, why or "invalid")
             log.debug("memdb: dropped atom %s from turn %s: %s", atom, turn.id, why)
@@ -118,7 +125,7 @@ def _extract_turn(turn: Turn, shown: list[Turn], llm: LLM, names: set[str], list
             continue
         candidates.append(candidate)
     if settings.extract_fill:
-        candidates += _fill_gaps(turn, candidates, names, listener, settings, outcome)
+        candidates += _fill_gaps(turn, candidates, names, listener, settings, outcome, pronouns)
     return _lend_dates(candidates, outcome), outcome
 
 
@@ -130,14 +137,14 @@ def _coverage(turn: Turn, notes: list[Candidate], names: set[str]) -> float:
 
 
 def _fill_gaps(turn: Turn, found: list[Candidate], names: set[str], listener: str | None,
-               settings: Settings, outcome: Outcome) -> list[Candidate]:
+               settings: Settings, outcome: Outcome, pronouns: Pronouns_of) -> list[Candidate]:
     """Notes taken from the turn's own statements that the model's notes do not cover."""
     speaker = turn.speaker or ("用户" if text.has_cjk(turn.content) else "user")
     covered = {t for c in found for t in text.terms(codec.canonical_text(c.record))}
     filled = []
     room = min(MAX_FILLED_PER_TURN, MAX_NOTES_PER_TURN - len(found))
     for record in clauses.notes(turn.content, speaker, names | {speaker}, covered, turn.ts)[:max(0, room)]:
-        candidate, why = _candidate(record, turn, names, listener, settings, extractive=True)
+        candidate, why = _candidate(record, turn, names, listener, settings, pronouns, extractive=True)
         if candidate is None:
             _count(outcome, f"gap note: {why}")
             continue
@@ -158,6 +165,9 @@ def _lend_dates(candidates: list[Candidate], outcome: Outcome) -> list[Candidate
                 and _POINTS_BACK.match(cand.record.get("object", ""))):
             before["date"], before["when"] = cand.record["date"], cand.record.get("when", cand.record["date"])
             _count(outcome, "dates the note before")
+            continue
+        if _POINTS_BACK.match(cand.record.get("object", "")) and not cand.record.get("predicate"):
+            _count(outcome, "only a date")  # a date with nothing before it to date
             continue
         kept.append(cand)
     return kept
@@ -180,17 +190,22 @@ def _count(outcome: Outcome, why: str) -> None:
 
 
 def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str | None,
-               settings: Settings, *, extractive: bool = False) -> tuple[Candidate | None, str | None]:
-    """Normalise, ground, gate, time-stamp and validate one raw atom from `turn`."""
+               settings: Settings, pronouns: Pronouns_of, *,
+               extractive: bool = False) -> tuple[Candidate | None, str | None]:
+    """Normalise, ground, gate, time-stamp and validate one raw atom from `turn`, written as a
+    note (persons.py) with its slots (slots.py)."""
     zh = text.has_cjk(turn.content)
     speaker = turn.speaker or ("用户" if zh else "user")
     record: dict[str, Any] = {}
     for part in ("subject", "predicate", "object", "outcome"):
         if atom.get(part):
             record[part] = atom[part]
+    if _REPORTING.fullmatch(record.get("predicate", "").strip()) and record.get("object"):
+        # "Ana | says | I sold my car": what was said is the note, not that it was said.
+        del record["predicate"]
+        said = re.sub(r"^that\s+", "", persons.discourse_free(record["object"]), flags=re.I)
+        record["object"] = persons.drop_leading_i(said)
     record["subject"] = normalize.person(record.get("subject", speaker), speaker, zh, names)
-    if record.get("object", "").lower().startswith(("my ", "我的")):
-        record["object"] = normalize.person(record["object"], speaker, zh)
     when = atom.get("when")
     if when and not normalize.is_time(when, turn.ts):
         # Not a time: the model split a long object over the last slot ("… with | the kids").
@@ -218,18 +233,19 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
     why = ground(record, turn.content, names | {speaker}, extractive=extractive)
     if why:
         return None, why
-    record = gate.repair_persons(record, speaker, listener, zh)
-    if zh and record.get("object"):
+    if zh and record.get("object"):  # small talk is cut in the speaker's own words, before 我 is rewritten
         record["object"] = gate.trim_zh(record["object"], speaker)
         if not record["object"]:
             return None, "small talk"
-        if not extractive and gate.pieced_together(record, turn.content, speaker, listener, turn.ts):
-            return None, "not the turn's words"
+    record = gate.repair_persons(record, speaker, listener, zh, pronouns)
+    if zh and not extractive and record.get("object") and gate.pieced_together(record, turn.content, speaker, listener, turn.ts):
+        return None, "not the turn's words"
     why = gate.judge(record, sentence, names | {speaker})
     if why:
         return None, why
     record = normalize.attach_time(record, when, turn, sentence)
     record["lang"] = "zh" if zh else "en"
+    record |= slots.read(record["subject"], " ".join(record.get(f, "") for f in ("predicate", "object")).strip())
     try:
         clean = codec.validate(record)
     except InvalidInput as exc:

@@ -2,7 +2,7 @@
 
 Grounding (ground.py) asks whether the turn supports an atom; the gate asks whether it is worth
 keeping and readable without the chat around it. It repairs what a rule can repair — first and
-second person turned into the names they stand for ("my sister" → "Melanie's sister", "you" →
+second person turned into the names they stand for ("my sister" → "Beatrix's sister", "you" →
 the listener) — and drops the rest with a reason: a pronoun for a subject, a sentence that only
 reacts to the listener or asks a question, a line of feelings or praise with nothing concrete in
 it, a fragment cut off mid-phrase. Words a small model glued together are cut out.
@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import re
 
+from collections.abc import Callable
+
 from .. import text, timeparse
+from . import lexicon, persons
+from .persons import Pronouns
 from .prefilter import FIRST_PERSON_WORDS, PHATIC_WORDS, SECOND_PERSON
 
 # Words that praise, feel or react: a line made only of them (and names) holds no fact.
@@ -27,7 +31,9 @@ _EVALUATIVE = frozenset("""amazing awesome great good nice cool lovely wonderful
     appreciated sounds sound seems looks look like best better worth cherish moments moment time
     times journey chance hope hopes wish wishes agree agrees glad sure true real cheers congrats
     congratulations wow yeah yes okay ok thing things stuff something anything everything way meaningful
-    emotional fulfilling touching overwhelming insane scary crazy wild thought-provoking""".split())
+    emotional fulfilling touching overwhelming insane scary crazy wild thought-provoking hopeful optimistic
+    grateful keen able best doing feeling hoping positive motivated confident determined passionate
+    blessed helpful useful nicely together difference impact""".split())
 # Words that point or generalise without naming anything: "will never forget it", "make it
 # work", "all have unique paths". With only these (and praise) left, a line names nothing.
 _VAGUE = frozenset("""it this that them others other all everyone everything determined sure alive blessed
@@ -37,7 +43,7 @@ _ZH_EVALUATIVE = ("太好了", "真好", "不错", "厉害", "开心", "高兴",
                   "好的", "好吧", "不对", "没问题", "可以", "谢", "嗯", "哦", "啊", "呀", "吧", "呢")
 _PRONOUN_SUBJECTS = frozenset("""he she it they him her them his hers its their this that these those someone
     somebody we us our you your 他 她 它 他们 她们 它们 这 那 这个 那个 我们 你 你们""".split())
-_DANGLING_END = frozenset("""to the a an of with and or for my your our their his her its at in on from by as
+_DANGLING_END = frozenset("""to the a an of with and or for my your our their its at in on from by as
     that this but so because about into is are was were be been like just""".split())
 _GLUED = re.compile(r"\b[A-Za-z]*(?:[A-Za-z]{20,}|[a-z][A-Z][a-z]+[A-Z])[A-Za-z]*\b")
 _REACTION = re.compile(
@@ -79,15 +85,27 @@ def instructs(content: str) -> bool:
 ASSISTANT = ""  # the listener when it is an assistant: "you" is the helper, not a person to name
 
 
-def repair_persons(record: dict, speaker: str, listener: str | None, zh: bool) -> dict:
-    """First person → the speaker, second person → the listener, in predicate and object.
+def repair_persons(record: dict, speaker: str, listener: str | None, zh: bool,
+                   pronouns: Callable[[str], Pronouns] = lambda name: Pronouns.of("they")) -> dict:
+    """First person → the speaker as seen from outside, second person → the listener, in
+    predicate and object (persons.py: the name once, then pronouns).
 
     When the listener is an assistant (ASSISTANT), "you" is who the speaker asks for help: the
-    word goes and the request stays ("你给我写代码别用 ORM" → "给陈静写代码别用 ORM"). When the
-    listener is unknown (None), "you" stays, and judge() drops the atom."""
+    word goes and the request stays ("你给我写代码别用 ORM" → "给林晓写代码别用 ORM"). When the
+    listener is unknown (None), "you" stays, and judge() drops the atom. pronouns(name) is asked
+    only when a note needs one (the model may be asked, once per name)."""
+    subject = record.get("subject") or ""
+    named = subject == speaker or subject.startswith((f"{speaker}'s", f"{speaker}的", f"{speaker} "))
     for part in ("predicate", "object", "outcome"):
         if record.get(part):
-            record[part] = _named(_unglued(record[part]), speaker, listener, zh)
+            value = _unglued(record[part])
+            if persons.FIRST_PERSON.search(value):
+                third = persons.third_person_zh if zh or text.has_cjk(value) else persons.third_person_en
+                value = third(value, speaker, pronouns(speaker), named=named)
+                named = True  # the name stands in the note from here on
+            record[part] = _listener_named(value, listener, zh)
+    if record.get("object") and subject:
+        record["object"] = persons.drop_repeated_subject(subject, record["object"])
     return record
 
 
@@ -99,30 +117,41 @@ def _unglued(value: str) -> str:
     return " ".join(re.sub(r",(?=\S)", ", ", value).split()).strip(" ,")
 
 
-def _named(value: str, speaker: str, listener: str | None, zh: bool) -> str:
+def _listener_named(value: str, listener: str | None, zh: bool) -> str:
     if zh or text.has_cjk(value):
-        value = value.replace("我们的", f"{speaker}的").replace("我的", f"{speaker}的")
-        value = value.replace("我们", speaker).replace("我", speaker)
-        if listener is not None:
+        if listener is not None:  # the assistant ("") leaves no word behind
+            keep = lexicon.words("zh", "not_pronoun")
+            for i, word in enumerate(keep):
+                value = value.replace(word, f"\x00{i}\x01")
             value = value.replace("你们", listener).replace("你", listener)
+            for i, word in enumerate(keep):
+                value = value.replace(f"\x00{i}\x01", word)
         return value.strip()
-    owner = f"{speaker}'s"
-    rules = [(r"\b(?:i|we)['’](?:m|re)\b", f"{speaker} is"), (r"\b(?:i|we)['’]ve\b", f"{speaker} has"),
-             (r"\b(?:i|we)['’]ll\b", f"{speaker} will"), (r"\b(?:i|we)['’]d\b", f"{speaker} would"),
-             (r"\b(?:my|our)\b", owner), (r"\b(?:mine|ours)\b", owner), (r"\b(?:myself|ourselves)\b", speaker),
-             (r"\b(?:i|me|we|us)\b", speaker)]
     if listener:
-        rules += [(r"\byour\b", f"{listener}'s"), (r"\b(?:yourself|yours)\b", listener), (r"\byou\b", listener)]
+        rules = [(r"\byou['’]re\b", f"{listener} is"), (r"\byou['’]ve\b", f"{listener} has"),
+                 (r"\byou['’]ll\b", f"{listener} will"), (r"\byou['’]d\b", f"{listener} would"),
+                 (r"\byou are\b", f"{listener} is"), (r"\byour\b", f"{listener}'s"),
+                 (r"\b(?:yourself|yours)\b", listener), (r"\byou\b", listener)]
     elif listener == ASSISTANT:
-        rules += [(r"\b(?:your|yours|yourself|you)\s*", "")]
+        rules = [(r"\b(?:your|yours|yourself|you)\s*", "")]
+    else:
+        rules = []
     for pattern, name in rules:
         value = re.sub(pattern, name, value, flags=re.I)
     return " ".join(value.split())
 
 
+def _named(value: str, speaker: str, listener: str | None, zh: bool) -> str:
+    """Every person in a text named, for comparing a note with its turn (pieced_together)."""
+    if zh or text.has_cjk(value):
+        value = value.replace("我们的", f"{speaker}的").replace("我的", f"{speaker}的")
+        value = value.replace("我们", speaker).replace("我", speaker)
+    return _listener_named(value, listener, zh)
+
+
 # A Chinese note is cut at its clauses; a clause that greets, thanks, takes leave, asks, asks the
 # assistant for help, announces a topic or only reacts is small talk, even inside a sentence
-# that also states a fact ("你好呀～我叫陈静，在一家做支付的公司写后端" keeps the job).
+# that also states a fact ("你好呀～我叫林晓，在一家做支付的公司写后端" keeps the job).
 _ZH_CLAUSE = re.compile(r"([^，,。！？!?；;～~…：:—\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]+)"
                         r"([，,。！？!?；;～~…：:—\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D\s]*)")
 _ZH_SMALL_TALK = re.compile(
@@ -140,25 +169,33 @@ def trim_zh(value: str, speaker: str) -> str:
         clause = clause.strip()
         probe = clause.replace(speaker, "我")
         asks = "？" in sep or "?" in sep or probe.endswith(("吗", "咋办", "怎么办"))
-        if asks or _ZH_SMALL_TALK.search(probe):
+        if asks or _ZH_SMALL_TALK.search(probe) or _small_talk_zh(probe):
             continue
         sep = re.sub(r"[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]", "", sep)
         kept.append(clause + (sep[:1] or ("，" if text.has_cjk(clause) else " ")))
     return "".join(kept).strip(" ，,。：:；;—～~…")
 
 
+def _small_talk_zh(clause: str) -> bool:
+    # A clause that is one of the small-talk phrases (lexicon/zh.toml), give or take a particle.
+    m = lexicon.alternation("zh", "small_talk").search(clause)
+    return m is not None and len(clause) - len(m.group(0)) <= 2
+
+
 def pieced_together(record: dict, content: str, speaker: str, listener: str | None, ts: str) -> bool:
     """Whether a small model's Chinese line is not the turn's words: a piece of its object (between
     punctuation, time words aside) or a predicate longer than a verb that the turn never says
-(give or take an adverb),
-    once the turn's persons are named the same way. Such lines are glued from several places
-    ("希望在青岛画个够，希望在杭州出差"); the turn's own clause (clauses.notes) says it better."""
-    said = _named(content, speaker, listener, True)
-    value = record.get("object", "")
+    (give or take an adverb), persons left out on both sides (the note names them its own way).
+    Such lines are glued from several places ("希望在青岛画个够，希望在杭州出差"); the turn's own
+    clause (clauses.notes) says it better."""
+    persons = re.compile("|".join(map(re.escape, filter(None, [speaker, listener]))) + "|我们|我|他|她" if speaker
+                         else "我们|我|他|她")
+    said = persons.sub("", _named(content, speaker, listener, True))
+    value = persons.sub("", record.get("object", ""))
     for phrase, _ in timeparse.find(value, ts):
         value = value.replace(phrase, " ")
     pieces = [p for part in _ZH_CLAUSE.findall(value) for p in part[0].split()]
-    predicate = record.get("predicate", "").strip(" ，,")
+    predicate = persons.sub("", record.get("predicate", "")).strip(" ，,")
     if sum(text.is_cjk(ch) for ch in predicate) > 3:
         pieces.append(predicate)
     # A dropped adverb is a paraphrase, not a glue: the piece's characters in the turn's order,
@@ -188,7 +225,7 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "addressed to the listener"
     if FIRST_PERSON_WORDS.search(said):
         return "first person"
-    if record.get("object") and record["object"].lower() in subject.lower():
+    if record.get("object") and _owner_free(record["object"]) in _owner_free(subject):
         return "repeats its subject"
     last = (record.get("object") or record.get("predicate") or "").lower().split()
     if last and last[-1] in _DANGLING_END:
@@ -205,6 +242,11 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
                  r"|\bhere(?:'s| is) (?:a |the )?(?:photo|pic|picture)", said, re.I):
         return "a shared photo"  # the caption of a picture: what it shows is said in the turns around it
     return None
+
+
+def _owner_free(phrase: str) -> str:
+    # "Ana's first race" and "her first race" name one thing.
+    return re.sub(r"^(?:[\w-]+['’]s|his|her|their|my)\s+", "", phrase.lower().strip())
 
 
 def _concrete(said: str, names: set[str]) -> bool:

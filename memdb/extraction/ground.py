@@ -44,7 +44,7 @@ def ground(record: dict, source: str, names: set[str], *, extractive: bool = Fal
     if not extractive and _pasted(body, source):  # an extractive note is the turn's words by design
         return "whole line pasted"
     for entity in _LATIN_ENTITY.findall(body):
-        entity = re.sub(r"['’]s$", "", entity)  # "Caroline's school": the name is Caroline
+        entity = re.sub(r"['’]s$", "", entity)  # "Rosalind's school": the name is Rosalind
         if entity.lower() not in low_source and entity.lower() not in name_words and entity.lower() not in ("i",):
             if not any(entity.lower() in n.lower() for n in names):
                 return f"entity not in source: {entity!r}"

@@ -77,7 +77,7 @@ def kind(value: str | None, record: dict, sentiment: str) -> str:
     if record.get("when") or _EVENT_WORDS.search(_STATES.sub("", record.get("predicate", ""))):
         return "event"
     if _EVENT_WORDS.match(record.get("object", "")):
-        return "event"  # "Melanie | | went camping": the verb landed in the object
+        return "event"  # "Beatrix | | went camping": the verb landed in the object
     return "fact"
 
 
@@ -97,7 +97,7 @@ def person(value: str, speaker: str, zh: bool, names: Iterable[str] = ()) -> str
     low = value.lower()
     if low in _FIRST_PERSON or low in _USER_WORDS:
         return speaker
-    if names:  # a short form of a speaker's name ("Mel") → the name as the speakers are known
+    if names:  # a short form of a speaker's name ("Bea") → the name as the speakers are known
         for name in names:
             if len(low) >= 3 and name.lower().startswith(low) and name.lower() != low:
                 return name
@@ -153,7 +153,9 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
         for phrase, _ in timeparse.find(value, turn.ts):
             if len(value) > len(phrase) + 2:
                 gap = "" if text.has_cjk(phrase) else " "  # no spaces inside Chinese
-                value = record[part] = " ".join(value.replace(phrase, gap).split()).strip(" ,，")
+                # "on March 20" goes whole: a preposition left behind reads as a cut ("flying on for a week")
+                cut = re.sub(rf"(?:\b(?:on|in|at|by|from|until|since|for)\s+)?{re.escape(phrase)}", gap, value, count=1, flags=re.I)
+                value = record[part] = " ".join(cut.split()).strip(" ,，")
             elif part == "predicate":
                 continue  # the whole predicate a time ("is | since March"): nothing to read without it
             # The time is all the object says ("has been training | since March"): its words stay.

@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import apsw
 import numpy as np
@@ -44,6 +44,8 @@ class Needs:
     # absorb(candidate, user, ts, vector) -> action; called inside the batch's transaction
     absorb: Callable[[Candidate, str, str, np.ndarray | None], str]
     before_batch: Callable[[str], None] = lambda user: None  # outside the transaction
+    # held over each batch's model calls instead of `lock`, so reads go on while the model runs
+    model_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def run(needs: Needs, *, user: str | None, turn_ids: list[int] | None, limit: int | None,
@@ -61,7 +63,7 @@ def run(needs: Needs, *, user: str | None, turn_ids: list[int] | None, limit: in
         turns = [_as_turn(row) for row in batch]
         history = [_as_turn(r) for r in _history(needs, batch[0])]
         try:
-            with needs.lock:
+            with needs.model_lock:
                 candidates, outcomes = extract(turns, llm, history=history, context=needs.settings.extract_context,
                                                settings=needs.settings)
         except ModelError:  # the model cannot be reached at all: the turns stay pending

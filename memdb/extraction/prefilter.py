@@ -72,7 +72,7 @@ def sentence_kind(sentence: str, names: set[str]) -> str:
 
 
 def _tells_first(question: str) -> bool:
-    """A question that says something before it asks ("家里那只橘猫年糕，三岁了，最近挑食，咋办？",
+    """A question that says something before it asks ("家里那只橘猫汤圆，三岁了，最近挑食，咋办？",
     "I tweaked my knee on Sunday's long run, any tips?"): the clauses before the last one hold
     at least 8 CJK characters or 6 words."""
     before = re.split(r"[，,；;]", question)[:-1]
@@ -81,7 +81,7 @@ def _tells_first(question: str) -> bool:
 
 
 def _is_name(word: str, names: set[str]) -> bool:
-    """A speaker's name or a short form of it ("Mel" for Melanie)."""
+    """A speaker's name or a short form of it ("Bea" for Beatrix)."""
     return any(word == n or (len(word) >= 3 and n.startswith(word)) for n in names)
 
 

@@ -53,7 +53,7 @@ def stored_cosine(conn: apsw.Connection, atom_id: int, vector: np.ndarray) -> fl
 
 def turn_text(speaker: str | None, content: str) -> str:
     """What a turn's vector is made from. The speaker's name goes first: questions name people
-    ("when did Caroline …") while turns say "I" (on LoCoMo dev this doubled vector MRR)."""
+    ("when did Rosalind …") while turns say "I" (on LoCoMo dev this doubled vector MRR)."""
     return f"{speaker}: {content}" if speaker else content
 
 

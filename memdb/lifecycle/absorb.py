@@ -100,7 +100,8 @@ def _store(conn: apsw.Connection, *, user: str, record: dict, confidence: float,
         conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids,
         first_seen=ts, last_seen=ts, vector=vector,
     )
-    actions = [_settle(conn, atom_id, confidence, ts, h, settings) for h, r in judged if r == "conflict"]
+    explicit = record.get("polarity") == "ended"
+    actions = [_settle(conn, atom_id, confidence, ts, h, settings, explicit=explicit) for h, r in judged if r == "conflict"]
     if "conflicting" in actions:
         return "conflicting", atom_id
     return ("superseded" if actions else "new"), atom_id
@@ -157,9 +158,12 @@ def _held(conn: apsw.Connection, atom_id: int, sim: float | None, line: str, vec
 # ---------------------------------------------------------------- conflicts and supersession
 
 
-def _settle(conn: apsw.Connection, atom_id: int, confidence: float, ts: str, old: Held, settings: Settings) -> str:
-    """Apply one conflict between the new atom and a held one; returns what it came to."""
-    if comparable(ts, confidence, old.last_seen, old.confidence, settings):
+def _settle(conn: apsw.Connection, atom_id: int, confidence: float, ts: str, old: Held, settings: Settings, *,
+            explicit: bool = False) -> str:
+    """Apply one conflict between the new atom and a held one; returns what it came to.
+    explicit: the new atom says the old no longer holds ("no longer lives in …"), so it
+    supersedes even when both were said close together."""
+    if not explicit and comparable(ts, confidence, old.last_seen, old.confidence, settings):
         mark_conflict(conn, atom_id, old.id, ts)
         return "conflicting"
     if ts >= old.last_seen:

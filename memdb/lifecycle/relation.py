@@ -11,6 +11,7 @@ import functools
 import re
 
 from .. import codec, text
+from ..extraction import slots
 from ..settings import Settings
 
 # Attributes that hold one value at a time: a new value replaces the old. The key of a
@@ -69,6 +70,9 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     """
     if _cancels(new, old, settings) or _quits(new, old):
         return "conflict"
+    by_slots = _by_slots(new, old, settings)
+    if by_slots:
+        return by_slots
     if not _same_topic(new, old):
         return "distinct"
     if multilingual and not keyword_only and _has_cjk(new) != _has_cjk(old):
@@ -89,6 +93,71 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     return by_slot or _by_similarity(new, old, similarity, lexical, settings, keyword_only, multilingual)
 
 
+def _by_slots(new: dict, old: dict, settings: Settings) -> str | None:
+    """The decision when both notes fill the same attribute of the same subject (their slots,
+    extraction/slots.py), None when they do not. The same value with the same polarity is a
+    repeat; the same value with another polarity is a change ("stopped being vegetarian"); a
+    new value of a one-value attribute replaces the old (lives_in Lisbon → Porto); values of a
+    many-value attribute add up, and an ending never replaces what it does not name."""
+    if old.get("polarity") != "ended" and owner(new) == owner(old) and _ends(new, old):
+        return "conflict"
+    key = new.get("attribute")
+    if not key or key != old.get("attribute") or owner(new) != owner(old):
+        return None
+    same = _same_value(new.get("value", ""), old.get("value", ""), settings)
+    if same:
+        return "duplicate" if new.get("polarity", "holds") == old.get("polarity", "holds") else "conflict"
+    if "ended" in (new.get("polarity"), old.get("polarity")):
+        return "distinct"
+    both_hold = new.get("polarity", "holds") == old.get("polarity", "holds") == "holds"
+    return "conflict" if both_hold and slots.is_single(key) else "distinct"
+
+
+def owner(record: dict) -> str:
+    """Whose note it is: the person before "'s" / "的" in its subject ("Ana's trip" → "ana")."""
+    subject = record.get("subject") or ""
+    m = re.match(r"^(.+?)(?:['’]s\b|的)", subject)
+    return _norm(m.group(1) if m else subject)
+
+
+def _ends(new: dict, old: dict) -> bool:
+    # An ending ("the Crete trip is off", "戒烟了", "switched from Jira to Linear") ends the note
+    # it names: the same one-value attribute (an ending of a diet ends whichever diet), the same
+    # value, or, when the ending names no attribute of the old note, a word of what it ends
+    # (before "to" / 成 / 到, which name what comes instead).
+    key = new.get("attribute")
+    if key and key == old.get("attribute"):
+        return new.get("polarity") == "ended" and _same_value(new.get("value", ""), old.get("value", ""), Settings())
+    body = codec.canonical_text(new)
+    return slots.polarity(body) == "ended" and _shared(new, old)
+
+
+def _shared(ending: dict, old: dict) -> bool:
+    line = codec.canonical_text(ending)
+    who = owner(ending)
+    line = line[len(who):] if line.lower().startswith(who) else line  # the owner's name is no topic
+    line = re.split(r"\b(?:to|into|for)\b(?!.*\bfrom\b)|改成|换成|改到|改为|迁到|搬到", line)[0]  # what it ends, not what follows
+    ours = {text.stem(t) for t in text.terms(line)} - _ENDING_STEMS
+    theirs = {text.stem(t) for t in text.terms(codec.canonical_text(old))} - {owner(old)}
+    return bool(ours & theirs)
+
+
+_ENDING_STEMS = frozenset(text.stem(w) for w in ("stopped", "quit", "cancelled", "canceled", "off", "longer", "anymore",
+                                                  "switched", "moved", "changed", "instead", "gone", "gave", "left",
+                                                  "sold", "now", "no", "not", "don't", "doesn't", "again"))
+
+
+def _same_value(a: str, b: str, settings: Settings) -> bool:
+    if not a or not b:
+        return False
+    if text.has_cjk(a) or text.has_cjk(b):
+        return a in b or b in a
+    ta, tb = {text.stem(t) for t in text.terms(a)}, {text.stem(t) for t in text.terms(b)}
+    if not ta or not tb:
+        return a.casefold() == b.casefold()
+    return len(ta & tb) / min(len(ta), len(tb)) >= settings.merge_value_overlap
+
+
 def _across_languages(new: dict, old: dict, similarity: float, settings: Settings) -> str:
     """A Chinese and an English line share no words, so the vector alone says whether they
     say one thing ("我喜欢喝咖啡" / "likes coffee"); opposite polarity on a line that close
@@ -105,7 +174,7 @@ def _cancels(new: dict, old: dict, settings: Settings) -> bool:
     """Whether new calls off the plan old is: same subject, old an event, new saying it is off
     and naming what old named."""
     planned = old["kind"] == "event" or old["kind"] != "constraint" and _PLANNED.search(codec.canonical_text(old))
-    if not planned or _norm(new.get("subject")) != _norm(old.get("subject")):
+    if not planned or owner(new) != owner(old):
         return False
     if not _CANCELLED.search(codec.canonical_text(new)) or _CANCELLED.search(codec.canonical_text(old)):
         return False
@@ -270,7 +339,7 @@ def _key_by_words(predicate: str) -> str | None:
 def polarity(record: dict) -> int:
     """+1 or -1: a preference's sentiment, else whether the predicate, or the object's first
     words ("no dog", "不吃辣"), are negated. A negation deeper in the object is the object's
-    own business ("encourages Jon to keep pushing and not give up")."""
+    own business ("encourages Ivo to keep pushing and not give up")."""
     sentiment = record.get("sentiment")
     if sentiment in ("like", "dislike"):
         return 1 if sentiment == "like" else -1

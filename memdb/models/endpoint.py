@@ -155,19 +155,40 @@ class EndpointLLM:
                      "no response_format" if _FORMATS[index] == "none" else _FORMATS[index])
         return self._decode(url, raw)
 
+    def check(self) -> None:
+        """Ask the server now whether it has this model: ModelError if it cannot be reached or
+        lists the model under no such id (with the ids it has). A server that lists no models
+        at all is taken at its word until the first completion. For callers that must know
+        before they store anything (`memdb add --llm URL --llm-model NAME`)."""
+        ids = self._models(required=False)
+        if ids and self.name not in ids:
+            raise ModelError(f"{self.base_url}/models lists no model {self.name!r}; it has: "
+                             f"{', '.join(map(str, ids[:20]))}")
+
     def _first_model(self) -> str:
+        ids = self._models(required=True)
+        if not ids or not isinstance(ids[0], str):
+            raise ModelError(f"{self.base_url}/models lists no models; load or pull one in the server, "
+                             "or pass model= explicitly")
+        return ids[0]
+
+    def _models(self, *, required: bool) -> list:
+        """The ids {base}/models lists. An error status or an answer that is not a model list
+        raises ModelError when required, else gives []; no answer at all always raises."""
         url = f"{self.base_url}/models"
         advice = "start the server, check base_url, or pass model= explicitly"
+        status, raw = self._send(url, None)
         try:
-            status, raw = self._send(url, None)
             if status >= 400:
                 raise ModelError(f"cannot list the models of {url}: HTTP {status} {_snippet(raw)}; {advice}")
-            ids = [entry["id"] for entry in json.loads(raw).get("data") or []]
+            return [entry["id"] for entry in json.loads(raw).get("data") or []]
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise ModelError(f"{url} did not return an OpenAI model list ({exc}); {advice}") from exc
-        if not ids or not isinstance(ids[0], str):
-            raise ModelError(f"{url} lists no models; load or pull one in the server, or pass model= explicitly")
-        return ids[0]
+            if required:
+                raise ModelError(f"{url} did not return an OpenAI model list ({exc}); {advice}") from exc
+        except ModelError:
+            if required:
+                raise
+        return []
 
     def _send(self, url: str, payload: dict | None) -> tuple[int, bytes]:
         """(status, body) of a GET (payload None) or a JSON POST; error statuses are returned, not

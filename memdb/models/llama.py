@@ -5,18 +5,21 @@ byte-identical (llama.cpp keeps them in the KV cache), greedy decoding under a G
 checked lazily, and llama.cpp's own counters for measurement. One model call at a time per
 process (`_CALL_LOCK`): two llama.cpp contexts on 2 cores ran more than 10x slower than one.
 `import_llama` is the one place llama_cpp is imported, so its thread policy and log routing
-are set once for every model, extraction and embedding alike.
+are set once for every model, extraction and embedding alike; `new_llama` the one place a model
+is loaded, so every load gets the same model parameters (`extra_buffers`).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import json
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ log = logging.getLogger("memdb")
 
 _CALL_LOCK = threading.Lock()      # one model call at a time in this process
 _LOAD_LOCK = threading.Lock()
+_PARAMS_LOCK = threading.Lock()    # one load at a time while the default parameters are changed
 _LOG_CALLBACK: Any = None          # kept referenced: llama.cpp calls it from C
 
 
@@ -63,11 +67,90 @@ def import_llama() -> Any:
 
 _OPENED: list[Any] = []  # every Llama made here, closed at exit
 
+# CPU flags (Linux /proc/cpuinfo names) and llama.cpp system-info features that mean Intel AMX.
+# A llama.cpp built with GGML_NATIVE on such a CPU puts weights in its AMX buffer type, and its
+# AMX matmul segfaults on Q4_K_M models (ggml-org/llama.cpp issue 20824): memdb's own model.
+AMX_CPU_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
+AMX_SYSTEM_INFO = ("AMX_INT8 = 1",)
 
-def new_llama(path: Path, **params: Any) -> Any:
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU's feature flags as the kernel names them (empty where /proc/cpuinfo is absent)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return set()
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def system_info() -> str:
+    """What llama.cpp says it was built with ("AVX2 = 1 | AMX_INT8 = 1 | ..."), "" if unknown."""
+    try:
+        info = import_llama().llama_print_system_info()
+        return info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
+    except Exception:  # only a hint: the CPU flags decide too
+        return ""
+
+
+def extra_buffers(setting: bool | None = None, *, flags: set[str] | None = None,
+                  info: str | None = None) -> tuple[bool, str]:
+    """Whether llama.cpp may use its extra buffer types (weight repacking, AMX), and why.
+
+    setting (Settings.model_extra_buffers) forces it; None decides: off where the CPU reports
+    AMX or llama.cpp was built with it (a Windows machine has no /proc/cpuinfo to ask), on
+    elsewhere. Not off everywhere: on an AVX-512 CPU without AMX llama.cpp repacks 28 MiB of the
+    bundled model (its Q4_K layers), and prompt evaluation measured 143 vs 132 tokens/s with and
+    without (medians of 3 alternating rounds on a shared, noisy machine; extraction per turn
+    within the noise): no loss was shown for turning it off, nor the absence of one
+    (bench/results/extra_buffers.json, model_worker.json)."""
+    if setting is not None:
+        return bool(setting), f"extra buffer types {'on' if setting else 'off'} (set in Settings)"
+    flags = cpu_flags() if flags is None else flags
+    found = sorted(flags & set(AMX_CPU_FLAGS))
+    if not found:
+        info = system_info() if info is None else info
+        found = [f for f in AMX_SYSTEM_INFO if f in info]
+    if found:
+        return False, f"extra buffer types off: the CPU reports AMX ({', '.join(found)}), whose llama.cpp kernels crash"
+    return True, "extra buffer types on (no AMX)"
+
+
+@contextlib.contextmanager
+def _model_params(**fields: Any) -> Iterator[None]:
+    """llama-cpp-python's Llama takes no argument for some llama_model_params fields
+    (use_extra_bufts): while a model loads, its default parameters carry them. Only new_llama
+    loads, one load at a time (_PARAMS_LOCK)."""
+    from llama_cpp import llama_cpp as capi
+
+    original = capi.llama_model_default_params
+
+    def defaults() -> Any:
+        params = original()
+        for name, value in fields.items():
+            setattr(params, name, value)
+        return params
+
+    capi.llama_model_default_params = defaults
+    try:
+        yield
+    finally:
+        capi.llama_model_default_params = original
+
+
+def new_llama(path: Path, *, extra_bufts: bool | None = None, **params: Any) -> Any:
     """A llama_cpp.Llama for the GGUF at path (raises what llama_cpp raises), closed at
-    interpreter exit: freed during teardown instead, llama-cpp-python prints a traceback."""
-    llama = import_llama().Llama(model_path=str(path), verbose=False, **params)
+    interpreter exit: freed during teardown instead, llama-cpp-python prints a traceback.
+    extra_bufts: Settings.model_extra_buffers (None: off where the CPU has AMX, see extra_buffers)."""
+    llama_cpp = import_llama()
+    use, why = extra_buffers(extra_bufts)
+    log.debug("memdb: loading %s: %s", Path(path).name, why)
+    with _PARAMS_LOCK, _model_params(use_extra_bufts=use):
+        llama = llama_cpp.Llama(model_path=str(path), verbose=False, **params)
     _OPENED.append(llama)
     return llama
 
@@ -99,10 +182,11 @@ class LlamaLLM:
     """
 
     def __init__(self, path: Path | None, *, name: str, threads: int, n_ctx: int = 4096,
-                 expected_sha256: str | None = None) -> None:
+                 expected_sha256: str | None = None, extra_bufts: bool | None = None) -> None:
         self.path = path                 # None: the default model, assembled on first load
         self.name = name
         self.threads = threads
+        self.extra_bufts = extra_bufts   # Settings.model_extra_buffers (None: decided by the CPU)
         self.n_ctx = n_ctx
         self._expected = expected_sha256
         self._sha256: str | None = None
@@ -132,6 +216,10 @@ class LlamaLLM:
                 self._sha256 = assets.file_sha256(self.path)
         return self.path, self._sha256
 
+    def load(self) -> None:
+        """Load the weights now (raises ModelError): a model that cannot run fails early."""
+        self.model()
+
     def model(self) -> Any:
         """The loaded llama_cpp.Llama (loads it on the first call; raises ModelError)."""
         with _LOAD_LOCK:
@@ -140,7 +228,8 @@ class LlamaLLM:
                 started = time.perf_counter()
                 try:
                     self._llama = new_llama(path, n_ctx=self.n_ctx, n_threads=self.threads,
-                                            n_threads_batch=self.threads, n_batch=512)
+                                            n_threads_batch=self.threads, n_batch=512,
+                                            extra_bufts=self.extra_bufts)
                 except ModelError:
                     raise
                 except Exception as exc:
@@ -321,23 +410,25 @@ number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1
 ws     ::= | " " | "\n" [ \t]{0,20}
 '''
 
-_LOADED: dict[tuple[str, int], LlamaLLM] = {}
+_LOADED: dict[tuple[str, int, bool | None], LlamaLLM] = {}
 
 
 def default_threads() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def load_llm(spec: str | None = None, *, threads: int | None = None) -> LlamaLLM:
+def load_llm(spec: str | None = None, *, threads: int | None = None,
+             extra_bufts: bool | None = None) -> LlamaLLM:
     """The extraction model named by spec (a GGUF path), else $MEMDB_LLM, else the bundled default.
 
-    Returns one wrapper per (model, threads) per process; the weights load on the first call.
+    Returns one wrapper per (model, threads, extra_bufts) per process; the weights load on the
+    first call (extra_bufts: Settings.model_extra_buffers).
     Raises ModelError when the model cannot be found (the default's packages missing, a path that
     does not exist) — checked here, cheaply, so a misconfiguration shows up early.
     """
     spec = spec or os.environ.get("MEMDB_LLM") or None
     threads = threads or default_threads()
-    key = (spec or "", threads)
+    key = (spec or "", threads, extra_bufts)
     with _LOAD_LOCK:
         if key not in _LOADED:
             if spec is None:
@@ -345,19 +436,19 @@ def load_llm(spec: str | None = None, *, threads: int | None = None) -> LlamaLLM
                 if not target.is_file():
                     assets.part_files()  # raises a clear ModelError when a part is missing
                 _LOADED[key] = LlamaLLM(None, name=assets.DEFAULT_MODEL_NAME, threads=threads,
-                                        expected_sha256=assets.DEFAULT_MODEL_SHA256)
+                                        expected_sha256=assets.DEFAULT_MODEL_SHA256, extra_bufts=extra_bufts)
             else:
                 path = Path(spec).expanduser()
                 if not path.is_file():
                     raise ModelError(f"extraction model {path} does not exist; pass the path of an instruct GGUF")
-                _LOADED[key] = LlamaLLM(path, name=path.stem, threads=threads)
+                _LOADED[key] = LlamaLLM(path, name=path.stem, threads=threads, extra_bufts=extra_bufts)
         return _LOADED[key]
 
 
 def _loaded_for(spec: str | None) -> LlamaLLM:
     """The wrapper already made for spec with any thread count (its tokenizer is the same), else a new one."""
     spec = spec or os.environ.get("MEMDB_LLM") or None
-    for (known, _), llm in list(_LOADED.items()):
+    for (known, _, _), llm in list(_LOADED.items()):
         if known == (spec or ""):
             return llm
     return load_llm(spec)

@@ -1,7 +1,8 @@
 """The prompt-ready block: hits as dated lines under a token budget. The first atoms bring the
-turn they came from when it says more than the note (a note is a summary: "Caroline's grandma
+turn they came from when it says more than the note (a note is a summary: "Rosalind's grandma
 gave her a necklace" drops "in Sweden"); every atom brings its conflicting partners and, while the
-budget allows, the atoms that share its source turns."""
+budget allows, the atoms that share its source turns. Nothing is shown as current that a later
+statement replaced: a turn whose every atom was superseded says what replaced it."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def lines(
     count_tokens: Callable[[str], int],
     evidence: Callable[[Hit], list[Hit]] = lambda hit: [],
     evidence_for: int = 0,
+    replaced: Callable[[Hit], str | None] = lambda hit: None,
 ) -> list[tuple[str, Hit]]:
     """The best hits as prompt-ready lines under budget tokens, most useful first, each with
     the hit it renders.
@@ -70,6 +72,9 @@ def lines(
             line = render_line(member)
             if member.status == "conflicting":
                 line += " (conflicts with another statement; ask which holds)"
+            now = replaced(member)
+            if now is not None:  # said once, corrected since: never shown as if it still held
+                line += f" (no longer holds; later: {now})" if now else " (no longer holds)"
             cost = count_tokens(line + "\n")
             if used + cost > budget:
                 continue
@@ -83,6 +88,34 @@ def lines(
 def _says_more(turn: Hit, atom: Hit) -> bool:
     # At least three content words of the turn that the note does not have.
     return len(set(text.terms(turn.text)) - set(text.terms(atom.text))) >= 3
+
+
+def replaced_by(conn: apsw.Connection, hit: Hit) -> str | None:
+    """For a superseded atom, or a turn whose every atom was superseded: the text of what holds
+    now ("" when the chain ends in nothing held); None when the hit still holds."""
+    if hit.layer == "atom":
+        ids = [hit.id] if hit.status == "superseded" else []
+    elif hit.layer == "turn":
+        found = conn.execute('select a."id", a."status" from "atom_sources" s join "atoms" a on a."id" = s."atom_id" '
+                             'where s."turn_id" = ?', (hit.id,)).fetchall()
+        superseded = codec.STATUSES["superseded"]
+        ids = [i for i, status in found] if found and all(status == superseded for _, status in found) else []
+    else:
+        ids = []
+    if not ids:
+        return None
+    current = ids[0]
+    for _ in range(64):  # a chain of versions; bounded in case a file holds a cycle
+        row = conn.execute('select "superseded_by", "status", "text" from "atoms" where "id" = ?', (current,)).fetchone()
+        if row is None:
+            return ""
+        following, status, line = row
+        if status != codec.STATUSES["superseded"]:
+            return line
+        if following is None:
+            return ""
+        current = following
+    return ""
 
 
 def source_turns(conn: apsw.Connection, hit: Hit) -> list[Hit]:

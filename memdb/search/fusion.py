@@ -27,6 +27,7 @@ from ..index.copies import VectorCopies
 from ..index.fts import TermCounts
 from ..index.keywords import KeywordCopies
 from ..settings import Settings
+from . import relevance
 from .query import intent
 
 LAYERS = ("atoms", "turns", "both")
@@ -198,7 +199,7 @@ def search(
             setattr(sides, f"{side}_vector", f"{side}_vector_hits")
     if not any(vars(sides).values()):
         return []
-    now_ = _user_now(conn, user)
+    now_ = user_now(conn, user)
     if settings.date_weight and fusion != "rrf":
         for name, ids in _dated(conn, user, query, now_, layer, pool).items():
             params[f"{name[:-1]}_day_hits"] = json.dumps([[i, 1.0] for i in ids])
@@ -213,7 +214,8 @@ def search(
         "hl_constraint": hl.get("constraint"), "hl_event": hl.get("event"),
     })
     found = conn.execute(fusion_sql(sides, settings, include_superseded=include_superseded), params).fetchall()
-    hits = distinct_evidence([rows.hit(row) for row in found])[:k]
+    # The assistant's pleasantries never stand for anything (search/relevance.py).
+    hits = distinct_evidence([h for h in map(rows.hit, found) if not relevance.pleasantry(h.role, h.text)])[:k]
     for hit in hits:
         if hit.layer == "atom" and hit.status == "conflicting":
             hit.conflicts = rows.conflict_partners(conn, hit.id)
@@ -257,7 +259,8 @@ def _dated(conn: apsw.Connection, user: str, query: str, now: str, layer: str, p
     return out
 
 
-def _user_now(conn: apsw.Connection, user: str) -> str:
+def user_now(conn: apsw.Connection, user: str) -> str:
+    """The time relative dates are resolved from: the user's latest turn, else now."""
     row = conn.execute('select max("ts") from "turns" where "user" = ?', (user,)).fetchone()
     return row[0] or now()
 

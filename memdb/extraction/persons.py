@@ -1,0 +1,232 @@
+"""Persons in notes: a statement about a person, as a clean third-person note.
+
+A note names its subject once and then uses pronouns ("Ana sold her old car", not "Ana sold
+Ana's old car"); it never says "X says", never opens with a discourse word ("Anyway, …"), and a
+team's or family's fact says so ("Ana's team uses Go"). The same rules write the notes the
+rules cut from a turn (clauses.py) and those the model proposes, so both read alike.
+
+Which pronoun a person takes is not something rules can know: `Pronouns.ask` asks the model
+once per name (a one-word answer under a grammar) and falls back to "they", which is always
+grammatical. Chinese notes need a pronoun less often (the name, then nothing): 他/她 only where
+a second 我 stands in a clause.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from dataclasses import dataclass
+
+from .. import text
+from . import lexicon
+
+log = logging.getLogger("memdb")
+
+
+@dataclass(frozen=True)
+class Pronouns:
+    """The words that stand for a person after their name: subject, object, possessive,
+    possessive alone, reflexive; plural says whether verbs agree as with "they"."""
+
+    subject: str
+    object: str
+    possessive: str
+    alone: str
+    reflexive: str
+    plural: bool
+    zh: str
+
+    @classmethod
+    def of(cls, word: str) -> Pronouns:
+        return _FORMS.get(word, _FORMS["they"])
+
+    @staticmethod
+    def ask(name: str, llm) -> Pronouns:
+        """The pronouns the model takes `name` to use (cached per name); "they" when it cannot say."""
+        if name.lower() in ("user", "用户", "") or llm is None:
+            return _FORMS["they"]
+        key = (getattr(llm, "sha256", None) or getattr(llm, "name", ""), name)
+        with _ASKED_LOCK:
+            if key in _ASKED:
+                return _ASKED[key]
+        word = "they"
+        try:
+            reply = llm.complete(
+                [{"role": "system", "content": "Say which pronoun a person with this name most likely uses: he, she or they."},
+                 {"role": "user", "content": f"Name: {name}"}, {"role": "assistant", "content": '{"p":"'}],
+                schema=_PRONOUN_SCHEMA, max_tokens=8)
+            word = json.loads(reply).get("p", "they") if reply.lstrip().startswith("{") else "they"
+        except Exception as exc:  # any model failure: "they" is always grammatical
+            log.debug("memdb: no pronoun for %r (%s)", name, exc)
+        forms = Pronouns.of(word if isinstance(word, str) else "they")
+        with _ASKED_LOCK:
+            _ASKED[key] = forms
+        return forms
+
+
+_FORMS = {
+    "he": Pronouns("he", "him", "his", "his", "himself", False, "他"),
+    "she": Pronouns("she", "her", "her", "hers", "herself", False, "她"),
+    "they": Pronouns("they", "them", "their", "theirs", "themself", True, "他"),
+}
+_PRONOUN_SCHEMA = {"type": "object", "properties": {"p": {"type": "string", "enum": ["he", "she", "they"]}},
+                   "required": ["p"], "additionalProperties": False}
+_ASKED: dict[tuple[str, str], Pronouns] = {}
+_ASKED_LOCK = threading.Lock()
+
+
+# ---------------------------------------------------------------- English
+
+_NOT_PRESENT = re.compile(r"(?:\w+ed|can|could|will|would|should|must|might|may|am|is|has|does|was|were|had|did|got|"
+                          r"went|made|took|saw|met|ran|won|lost|found|gave|told|came|left|bought|thought|felt|sold|"
+                          r"kept|said|spent|began|became|brought|built|caught|drove|flew|grew|heard|held|paid|put|"
+                          r"read|sent|set|taught|wrote|quit|let|cut|hit|shut|hurt|cost)$", re.I)
+_ADVERB = re.compile(r"(?:just|also|really|still|always|never|often|usually|sometimes|totally|basically|"
+                     r"already|finally|recently|even|mostly|actually|only|now)$", re.I)
+
+
+def agree(said: str) -> str:
+    """The verb at the front of `said` as it agrees with he or she: "love sci-fi" → "loves
+    sci-fi", "have a dog" → "has a dog", "don't eat meat" → "doesn't eat meat"; past forms and
+    modals stay."""
+    verb, _, rest = said.partition(" ")
+    low = verb.lower()
+    if _ADVERB.match(verb) and rest:
+        return f"{verb} {agree(rest)}"
+    irregular = {"have": "has", "do": "does", "go": "goes", "am": "is", "are": "is", "'m": "is", "were": "was",
+                 "don't": "doesn't", "do not": "does not", "haven't": "hasn't", "aren't": "isn't"}
+    if low in irregular:
+        return irregular[low] + (" " + rest if rest else "")
+    if not verb.isalpha() or _NOT_PRESENT.match(verb) or low.endswith("ing") or re.search(r"[^s]s$", low):
+        return said  # a past form, a modal, or agreed already
+    if re.search(r"(?:s|sh|ch|x|z|o)$", verb):
+        verb += "es"
+    elif re.search(r"[^aeiou]y$", verb):
+        verb = verb[:-1] + "ies"
+    else:
+        verb += "s"
+    return verb + (" " + rest if rest else "")
+
+
+FIRST_PERSON = re.compile(r"\b(?:i|i['’](?:m|ve|ll|d)|me|my|mine|myself|we|we['’](?:re|ve|ll)|us|our|ours|ourselves)\b|我", re.I)
+# Contractions and forms of "to be" / "to have" after I or we, as they read after he, she or they.
+_LEADING_I = re.compile(r"^(?:i['’]m|i am|i['’]ve|i have|i['’]ll|i['’]d|i was|i)\b\s*", re.I)
+_CONTRACTED = {"i'm": ("is", "are"), "i am": ("is", "are"), "i've": ("has", "have"), "i have": ("has", "have"),
+               "i'll": ("will", "will"), "i'd": ("would", "would"), "i was": ("was", "were")}
+
+
+def _verb_after_i(lead: str, rest: str, plural: bool) -> str:
+    # What "I …" reads as once "I" is gone: "I'm moving" → "is moving", "I love it" → "loves it".
+    key = " ".join(lead.lower().replace("’", "'").split())
+    if key in _CONTRACTED:
+        singular, plurals = _CONTRACTED[key]
+        return f"{plurals if plural else singular} {rest}".strip()
+    return rest if plural else agree(rest)
+
+
+def drop_leading_i(clause: str) -> str:
+    """A clause that opens with "I" as it reads after the speaker's name: "I'm moving to Porto"
+    → "is moving to Porto", "I love hiking" → "loves hiking"; the clause as it is otherwise."""
+    lead = _LEADING_I.match(clause)
+    return _verb_after_i(lead.group(0).strip(), clause[lead.end():], False) if lead else clause
+
+
+def third_person_en(value: str, name: str, p: Pronouns, *, named: bool) -> str:
+    """First-person words in a note's predicate or object, as the speaker seen from outside.
+
+    named: the note's subject is the speaker already, so a leading "I" goes ("Ana | I sold my
+    car" → "sold her car") and later ones are pronouns; otherwise the first mention is the name
+    ("Emil got a job near me" → "… near Ana") and pronouns follow."""
+    if not FIRST_PERSON.search(value):
+        return value
+    lead = _LEADING_I.match(value)
+    if named and lead:  # after the name: the verb agrees with one person
+        value = _verb_after_i(lead.group(0).strip(), value[lead.end():], False)
+    elif not named:
+        m = FIRST_PERSON.search(value)
+        word = m.group(0).lower().replace("’", "'")
+        if word in ("my", "our"):
+            value = f"{value[:m.start()]}{name}'s{value[m.end():]}"
+        elif word in ("me", "us"):
+            value = f"{value[:m.start()]}{name}{value[m.end():]}"
+        elif word.startswith("i"):
+            value = f"{value[:m.start()]}{name} {_verb_after_i(word, value[m.end():].lstrip(), False)}"
+    # Each later "I" starts a clause of its own: its verb agrees with the pronoun.
+    value = re.sub(r"\b(i['’]m|i am|i['’]ve|i have|i['’]ll|i['’]d|i was|i)\b\s*([^,;.!?]*)",
+                   lambda m: f"{p.subject} {_verb_after_i(m.group(1), m.group(2), p.plural)}".rstrip(), value, flags=re.I)
+    for pattern, word in ((r"\b(?:me|us)\b", p.object), (r"\b(?:my|our)\b", p.possessive),
+                          (r"\b(?:mine|ours)\b", p.alone), (r"\b(?:myself|ourselves)\b", p.reflexive),
+                          (r"\bwe['’]re\b", "they are"), (r"\bwe['’]ve\b", "they have"), (r"\bwe['’]ll\b", "they will"),
+                          (r"\bwe\b", "they")):
+        value = re.sub(pattern, word, value, flags=re.I)
+    return " ".join(value.split())
+
+
+def discourse_free(clause: str) -> str:
+    """The clause without the discourse words that open it ("Anyway, in the meantime, I …" → "I …")."""
+    pattern = lexicon.alternation("en", "discourse")
+    while True:
+        m = pattern.match(clause)
+        if not m:
+            return clause
+        rest = clause[m.end():].lstrip(" ,:;!.-–—")
+        if not rest or rest == clause:
+            return clause
+        clause = rest
+
+
+def we_are(clause: str, name: str) -> str:
+    """Who "we" is in a clause: the speaker's team when it speaks of work, the speaker's family
+    when it speaks of home, else the speaker."""
+    low = set(re.findall(r"[\w'-]+", clause.lower()))
+    if low & set(lexicon.words("en", "work_words")):
+        return f"{name}'s team"
+    if low & set(lexicon.words("en", "family_words")):
+        return f"{name}'s family"
+    return name
+
+
+# ---------------------------------------------------------------- Chinese
+
+def third_person_zh(value: str, name: str, p: Pronouns, *, named: bool) -> str:
+    """我 as a word (not inside 自我 or 迷你) as the speaker seen from outside: dropped where it
+    opens a note whose subject is the speaker already, the name at its first mention, 他/她
+    after it; 我们 → the speaker's team when the clause speaks of work, else the speaker."""
+    keep = lexicon.words("zh", "not_pronoun")
+    for i, word in enumerate(keep):
+        value = value.replace(word, f"\x00{i}\x01")
+    work = any(w in value for w in lexicon.words("zh", "work_words"))
+    family = any(w in value for w in lexicon.words("zh", "family_words"))
+    group = f"{name}的团队" if work and not family else name
+    if named:  # the subject position, after a time word or two ("十月中旬我要去…"): the name stands there
+        value = re.sub(r"^([^，,。！？我]{1,6}?)我(?![们的])", r"\1", value, count=1)
+        value = re.sub(r"^(?:我们|我)(?:的)?", lambda m: "" if m.group(0) != "我们" or group == name else group, value)
+    mentioned = named
+
+    def person(m: re.Match) -> str:
+        nonlocal mentioned
+        word = m.group(0)
+        if word.startswith("我们"):
+            return group + word[2:] if not (mentioned and group == name) else word[2:]
+        if not mentioned:
+            mentioned = True
+            return name + word[1:]
+        return p.zh + word[1:]
+
+    value = re.sub(r"我们的?|我的|我", person, value)
+    for i, word in enumerate(keep):
+        value = value.replace(f"\x00{i}\x01", word)
+    return value
+
+
+def drop_repeated_subject(subject: str, value: str) -> str:
+    """"张三 | 张三会去看看" → "会去看看": a model or a rule that put the subject in the value too."""
+    stripped = value
+    while subject and stripped.startswith(subject) and len(stripped) > len(subject):
+        rest = stripped[len(subject):]
+        if not (text.has_cjk(subject) or re.match(r"[\s,:]", rest)):
+            break  # "Ana's sister" names someone else
+        stripped = rest.lstrip(" ，,:：")
+    return stripped

@@ -1,0 +1,95 @@
+"""Notes as a person would write them (extraction/persons.py) and their slots (extraction/slots.py),
+each rule tried on invented sentences."""
+
+import pytest
+
+from memdb import codec
+from memdb.extraction import persons, slots
+from memdb.lifecycle.relation import relation
+from memdb.settings import Settings
+
+SHE, HE, THEY = (persons.Pronouns.of(w) for w in ("she", "he", "they"))
+
+
+@pytest.mark.parametrize("value, pronouns, expected", [
+    ("I donated my old bike to a shelter I volunteer at", SHE, "donated her old bike to a shelter she volunteers at"),
+    ("I'm training for a race my brother organises", HE, "is training for a race his brother organises"),
+    ("I've kept my garden going since I moved", THEY, "has kept their garden going since they moved"),
+    ("hosted my cousin", SHE, "hosted her cousin"),
+])
+def test_first_person_after_the_name_becomes_pronouns(value, pronouns, expected):
+    assert expected == persons.third_person_en(value, "Wren", pronouns, named=True)
+
+
+def test_first_person_in_a_note_about_someone_else_names_the_speaker_once():
+    assert "got a job near Wren's flat, close to her office" == persons.third_person_en(
+        "got a job near my flat, close to my office", "Wren", SHE, named=False)
+
+
+@pytest.mark.parametrize("value, named, expected", [
+    ("我下周要去成都出差", True, "下周要去成都出差"),
+    ("十月中旬我要去成都出差", True, "十月中旬要去成都出差"),
+    ("我和我的女儿去了自我介绍会", True, "和她的女儿去了自我介绍会"),
+    ("我们全家去了海边", True, "全家去了海边"),
+    ("今天我们后端改用 Rust 了", False, "今天苏禾的团队后端改用 Rust 了"),
+    ("她送了我一条迷你裙", False, "她送了苏禾一条迷你裙"),
+])
+def test_chinese_i_is_rewritten_only_as_a_word(value, named, expected):
+    assert expected == persons.third_person_zh(value, "苏禾", SHE, named=named)
+
+
+@pytest.mark.parametrize("clause, expected", [
+    ("Anyway, in the meantime, I sold the boat", "I sold the boat"),
+    ("Oh and btw I got a puppy", "I got a puppy"),
+    ("Right now I'm busy", "Right now I'm busy"),  # a time stays: it dates the note
+])
+def test_discourse_words_that_open_a_clause_go(clause, expected):
+    assert expected == persons.discourse_free(clause)
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("love sci-fi", "loves sci-fi"), ("have two cats", "has two cats"), ("don't eat pork", "doesn't eat pork"),
+    ("went home", "went home"), ("also teach piano", "also teaches piano"), ("carry a kit", "carries a kit"),
+])
+def test_the_verb_agrees_with_one_person(said, expected):
+    assert expected == persons.agree(said)
+
+
+@pytest.mark.parametrize("subject, body, expected", [
+    ("Wren", "lives in Tromsø now", {"attribute": "lives_in", "value": "Tromsø", "polarity": "holds"}),
+    ("Wren", "no longer lives in Bergen", {"attribute": "lives_in", "value": "Bergen", "polarity": "ended"}),
+    ("Wren", "stopped being vegetarian", {"attribute": "diet", "value": "vegetarian", "polarity": "ended"}),
+    ("Wren", "is a landscape architect at a small firm", {"attribute": "works_as", "value": "landscape architect", "polarity": "holds"}),
+    ("Wren", "favourite snack is dried mango", {"attribute": "favourite_snack", "value": "dried mango", "polarity": "holds"}),
+    ("Wren", "is allergic to kiwi", {"attribute": "allergic_to", "value": "kiwi", "polarity": "holds"}),
+    ("苏禾", "不再喝奶茶了", {"attribute": "drinks", "value": "奶茶", "polarity": "ended"}),
+    ("苏禾", "住在厦门", {"attribute": "lives_in", "value": "厦门", "polarity": "holds"}),
+    ("Wren", "thinks the film was long", {"polarity": "holds"}),
+])
+def test_a_note_names_its_slots(subject, body, expected):
+    assert expected == slots.read(subject, body)
+
+
+def note(subject: str, body: str, kind: str = "fact") -> dict:
+    return codec.validate({"kind": kind, "subject": subject, "object": body, **slots.read(subject, body)})
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    (note("Wren", "lives in Bergen"), note("Wren", "lives in Tromsø now"), "conflict"),          # one value: replaced
+    (note("Wren", "is vegetarian"), note("Wren", "stopped being vegetarian"), "conflict"),      # an ending
+    (note("Wren", "lives in Bergen"), note("Wren", "no longer lives in Bergen"), "conflict"),
+    (note("Wren", "is allergic to kiwi"), note("Wren", "is allergic to latex"), "distinct"),     # many values add
+    (note("Wren", "is allergic to kiwi"), note("Wren", "is allergic to kiwi"), "duplicate"),
+    (note("Wren", "lives in Tromsø"), note("Wren", "no longer lives in Bergen"), "distinct"),    # an ending of another value
+    (note("Wren", "lives in Bergen"), note("Juno", "lives in Oslo"), "distinct"),               # another subject
+    (note("苏禾", "喝奶茶"), note("苏禾", "不再喝奶茶了"), "conflict"),
+])
+def test_slots_decide_supersede_and_coexist(old, new, expected):
+    assert expected == relation(new, old, 0.5, Settings())
+
+
+def test_slots_are_packed_with_polarity_as_a_code():
+    record = note("Wren", "stopped being vegetarian")
+    packed = codec.pack(record)
+    assert {"a": "diet", "v": "vegetarian", "n": codec.POLARITIES["ended"]}.items() <= __import__("msgpack").unpackb(packed).items()
+    assert record == codec.unpack(packed)
