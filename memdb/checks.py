@@ -18,6 +18,12 @@ _LINE_BREAKS = frozenset("\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
 # zero-width spaces and joiners, BOM, soft hyphen, tag characters), unassigned, private use,
 # surrogates, and separators other than the plain space (line and paragraph separators).
 _UNPRINTABLE = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp"})
+# Characters that print as nothing though their category is a letter or a mark: Unicode's
+# Default_Ignorable_Code_Point set outside Cf/Cn (Hangul fillers, variation selectors, the
+# combining grapheme joiner, Mongolian free variation selectors) and the braille blank. "\u3164"
+# alone prints as an empty name, "alice\ufe0f" as "alice".
+_INVISIBLE_RANGES = ((0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2800, 0x2800),
+                     (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xE0100, 0xE01EF))
 # SQLite integers are signed 64-bit: a larger id can match no row, and apsw raises OverflowError.
 MAX_ID = 2**63 - 1
 
@@ -35,17 +41,25 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime(UTC_FORMAT)
 
 
+def _iso(value: dt.datetime) -> str:
+    # Not strftime("%Y"): on glibc it writes year 999 as "999", which sorts after "2026" and
+    # no longer parses; stored times always have four year digits.
+    return (f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+            f"T{value.hour:02d}:{value.minute:02d}:{value.second:02d}")
+
+
 def check_name(value: object, field: str) -> str:
     """A user, session or speaker name: one line of 1-256 printable characters, not all space."""
     if not isinstance(value, str):
         raise InvalidInput(f"{field} must be a string, not {type(value).__name__}")
     if not value or len(value) > 256:
         raise InvalidInput(f"{field} must be 1 to 256 characters long")
-    check_text(value, field)
+    check_text(value, field, c1=False)  # a C1 control in a name is reported as invisible, below
     breaks = [ch for ch in value if ch in _LINE_BREAKS]
     if breaks:  # a speaker name is printed into the extraction prompt: one line, or it forges lines
         raise InvalidInput(f"{field} holds {breaks[0]!r}; names are one line of printable text")
-    hidden = next((i for i, ch in enumerate(value) if unicodedata.category(ch) in _UNPRINTABLE), None)
+    hidden = next((i for i, ch in enumerate(value) if unicodedata.category(ch) in _UNPRINTABLE
+                   or any(low <= ord(ch) <= high for low, high in _INVISIBLE_RANGES)), None)
     if hidden is not None:  # "ali\u202ece" shows as "alice" reversed; a zero-width space hides a second user
         raise InvalidInput(f"{field} holds invisible or control character {value[hidden]!r} at position {hidden}; "
                            "names are printable text")
@@ -54,14 +68,15 @@ def check_name(value: object, field: str) -> str:
     return value
 
 
-def check_text(value: str, field: str) -> None:
-    """Valid Unicode without control characters (tab and line breaks allowed)."""
+def check_text(value: str, field: str, *, c1: bool = True) -> None:
+    """Valid Unicode without control characters, C0 or C1 (tab and line breaks allowed: \n, \r,
+    and U+0085 NEL, which str.splitlines() breaks on as it does on U+2028 and U+2029)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidInput(f"{field} holds a lone surrogate at position {exc.start}; send valid Unicode") from None
     for i, ch in enumerate(value):
-        if ch < " " and ch not in "\t\n\r" or ch == "\x7f":
+        if ch < " " and ch not in "\t\n\r" or ch == "\x7f" or c1 and "\x80" <= ch <= "\x9f" and ch != "\x85":
             raise InvalidInput(f"{field} holds control character {ch!r} at position {i}; strip it first")
 
 
@@ -79,10 +94,10 @@ def parse_ts(value: object, field: str) -> str:
         raise InvalidInput(f"{field} must be an ISO 8601 string or a datetime, not {type(value).__name__}")
     if value.tzinfo is not None:
         try:
-            return value.astimezone(dt.timezone.utc).strftime(UTC_FORMAT)
+            return _iso(value.astimezone(dt.timezone.utc)) + "Z"
         except OverflowError:  # 0001-01-01T00:00+05:00 is before year 1 in UTC
             raise InvalidInput(f"{field} {value.isoformat()} is outside the years 1 to 9999 in UTC") from None
-    return value.strftime(NAIVE_FORMAT)
+    return _iso(value)
 
 
 def check_id(value: Any, field: str = "id") -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.resources
 import json
 import logging
@@ -15,6 +16,7 @@ from typing import Any
 
 import memdb
 
+from .db.connection import NeedsUpgrade
 from .errors import InvalidInput, MemdbError
 
 MAX_ID = 2**63 - 1  # SQLite's largest rowid: a larger id names no row and cannot be bound
@@ -22,22 +24,44 @@ MAX_JSON_BYTES = 1 << 30
 # Commands that may create their file; for every other one a missing file is a mistake (a typo
 # in the path), not a new memory: `forget nope.db` reporting "removed 0 turns" looked like success.
 CREATES = ("add", "mcp", "demo")
+# Commands that only read: their file is opened read-only, so they write nothing to it.
+READ_ONLY = ("search", "context", "profile", "persona", "scenarios", "events", "show", "stats", "export", "users")
 SIGPIPE_EXIT = 128 + 13  # what a shell reports for a writer killed by SIGPIPE
 
 
 def main(argv: list[str] | None = None) -> int:
+    _printable_streams()
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        return args.run(args) or 0
+        code = args.run(args) or 0
+        sys.stdout.flush()  # a write error shows here, not in Python's flush at exit
+        return code
     except MemdbError as exc:
         print(f"memdb: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `memdb export ... | head`: the reader has all it wanted
         _silence_stdout()
         return SIGPIPE_EXIT
+    except OSError as exc:  # stdout on a full disk (`> /dev/full`), a closed terminal
+        writing = exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EBADF)
+        if writing:
+            _silence_stdout()
+        print(f"memdb: {'cannot write the output: ' if writing else ''}{exc.strerror or exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _printable_streams() -> None:
+    """Output in any terminal encoding: a character the encoding cannot show (PYTHONIOENCODING=
+    ascii, a Windows code page) is written as an escape instead of raising mid-output."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (OSError, ValueError):
+                pass
 
 
 def _silence_stdout() -> None:
@@ -104,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--threads", type=_count(1024), default=None, help="CPU threads for the models")
         # (set_defaults would override the options' own defaults, so only for absent options)
         absent = {"embedder": not embedder, "llm": not llm, "llm_model": not llm, "threads": not (embedder or llm)}
-        p.set_defaults(run=run, creates=name in CREATES, **{k: None for k, off in absent.items() if off})
+        p.set_defaults(run=run, creates=name in CREATES, read_only=name in READ_ONLY, **{k: None for k, off in absent.items() if off})
         return p
 
     p = command("add", _add, "store messages (JSON list or JSON Lines) and extract atoms", embedder=True, llm=True)
@@ -168,7 +192,11 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("mcp", _mcp, "serve the memory to an MCP client (Claude Desktop, Cursor, ...) over stdio; "
                 "needs pip install 'memdb-sqlite[mcp]'", user=False, embedder=True, llm=True, json_out=False)
-    p.add_argument("--user", "-u", default=None, help="serve this user only (else every tool call names its user)")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", "-u", default=None, help="serve this user only")
+    who.add_argument("--all-users", action="store_true",
+                     help="serve every user of the file: each tool call names its user, and any client can read "
+                          "and delete any user's memory")
     p.add_argument("--defer", action="store_true", help="remember stores only; run `memdb extract` later")
 
     p = sub.add_parser("browse", help="read, search and follow a file's memories in the browser (Datasette, "
@@ -239,7 +267,14 @@ def _open(args: argparse.Namespace, **kw: Any) -> memdb.Memory:
     # cost more than the one vec0 KNN it replaces.
     settings = memdb.Settings(vector_copy_mb=0, keyword_copy_mb=0)
     llm = _llm(args) if args.llm is not None or args.llm_model else None
-    return memdb.open(args.db, embedder=embedder, llm=llm, threads=args.threads, settings=settings, **kw)
+    # A command that only reads writes nothing to the file: no vector tables bound to e5 for a
+    # keyword-only file, no migration; a file on a read-only disk is read as it is.
+    read_only = args.read_only and args.db != ":memory:" and not getattr(args, "build", False)
+    try:
+        return memdb.open(args.db, embedder=embedder, llm=llm, threads=args.threads,
+                          settings=settings, read_only=read_only, **kw)
+    except NeedsUpgrade:  # a file from an older memdb: any open migrates it, as it always did
+        return memdb.open(args.db, embedder=embedder, llm=llm, threads=args.threads, settings=settings, **kw)
 
 
 def _ready(mem: memdb.Memory) -> None:
@@ -260,7 +295,9 @@ def _out(args: argparse.Namespace, data: Any, human: str) -> None:
 
 
 def _json(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, default=str)
+    # Plain UTF-8 where stdout takes it; \u escapes (still the same JSON) where it does not.
+    encoding = (getattr(sys.stdout, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
+    return json.dumps(data, ensure_ascii=encoding not in ("utf8", "utf8sig"), default=str)
 
 
 # ---------------------------------------------------------------- commands
@@ -418,6 +455,9 @@ def _mcp(args: argparse.Namespace) -> None:
     from .mcp_server import serve
 
     embedder = None if args.embedder == "none" else args.embedder
+    if args.all_users:  # the unsafe form is never the silent one
+        print(f"memdb: WARNING: serving every user of {args.db}: any MCP client of this server can read and "
+              "delete any user's memory by naming them; use --user NAME to serve one user", file=sys.stderr)
     llm = _llm(args) if args.llm is not None or args.llm_model else None
     with memdb.open(args.db, embedder=embedder, llm=llm, threads=args.threads,
                     extract="defer" if args.defer else "now") as mem:
@@ -491,7 +531,9 @@ def _read_messages(source: str) -> list[dict]:
         raise InvalidInput(f"no messages in {source}")
     if raw.startswith("["):
         return _json_value(raw, source)
-    return [_json_value(line, f"{source} line {n}") for n, line in enumerate(raw.splitlines(), start=1)
+    # JSON Lines are split at "\n" only: str.splitlines() would also split at U+2028 and U+0085,
+    # which JSON strings may hold raw (memdb export writes them so).
+    return [_json_value(line, f"{source} line {n}") for n, line in enumerate(raw.split("\n"), start=1)
             if line.strip()]
 
 

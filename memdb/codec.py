@@ -7,10 +7,14 @@ and it is rendered as one short canonical line that is indexed, embedded and sho
 
 from __future__ import annotations
 
+import logging
+
 import msgpack
 
 from .errors import InvalidInput
 from .text import is_cjk
+
+log = logging.getLogger("memdb")
 
 # Coded enums. The same codes fill the lookup tables in schema.sql; keep both in step.
 KINDS = {"fact": 0, "preference": 1, "constraint": 2, "event": 3}
@@ -111,18 +115,41 @@ def pack(record: dict) -> bytes:
 
 
 def unpack(blob: bytes) -> dict:
-    """The inverse of pack: long field names and enum names."""
+    """The inverse of pack: long field names and enum names.
+
+    The file is open to sqlite3 (the README shows how): a record edited by hand that does not
+    decode reads as {}, and a field with an unknown key, an unknown enum code or a value that is
+    not text is left out, each logged, so that one bad row never stops a read (get, profile,
+    export) or a forget; the atom's text column still says what it was."""
+    try:
+        packed = msgpack.unpackb(blob, raw=False)
+    except Exception as exc:  # msgpack raises ExtraData, FormatError, StackError, ValueError, TypeError...
+        log.warning("memdb: an atom record does not decode (%s: %s); read as empty", type(exc).__name__, exc)
+        return {}
+    if not isinstance(packed, dict):
+        log.warning("memdb: an atom record is a %s, not a map; read as empty", type(packed).__name__)
+        return {}
     record: dict = {}
-    for key, value in msgpack.unpackb(blob, raw=False).items():
-        field = LONG_KEYS[key]
+    for key, value in packed.items():
+        field = LONG_KEYS.get(key) if isinstance(key, str) else None
         if field == "kind":
-            value = KIND_NAMES[value]
+            value = KIND_NAMES.get(value) if isinstance(value, int) else None
         elif field == "sentiment":
-            value = SENTIMENT_NAMES[value]
+            value = SENTIMENT_NAMES.get(value) if isinstance(value, int) else None
         elif field == "polarity":
-            value = POLARITY_NAMES[value]
+            value = POLARITY_NAMES.get(value) if isinstance(value, int) else None
+        elif not isinstance(value, str):
+            value = None
+        if field is None or value is None:
+            log.warning("memdb: an atom record holds %r: %r, which memdb does not know; left out", key, value)
+            continue
         record[field] = value
     return record
+
+
+def name_of(names: dict[int, str], code: object) -> str:
+    """The name of an enum code read from the file; "unknown" for a code edited in by hand."""
+    return names.get(code, "unknown") if isinstance(code, int) else "unknown"
 
 
 def canonical_text(record: dict) -> str:

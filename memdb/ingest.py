@@ -143,7 +143,11 @@ def _tool_call_lines(message: dict, where: str, called: dict[str, str]) -> list[
             raise InvalidInput(f"{where}.tool_calls[{i}] must be {{'function': {{'name': ..., 'arguments': ...}}}}")
         arguments = function.get("arguments") or ""
         if not isinstance(arguments, str):  # the API sends a JSON string; a dict from hand-made messages
-            arguments = json.dumps(arguments, ensure_ascii=False)
+            try:
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            except (TypeError, ValueError, RecursionError) as exc:  # a set, a cycle, a NaN-free check, too deep
+                raise InvalidInput(f"{where}.tool_calls[{i}].function.arguments must be a JSON string or "
+                                   f"JSON-ready data ({type(exc).__name__}: {str(exc)[:80]})") from None
         if isinstance(call.get("id"), str):
             called[call["id"]] = function["name"]
         lines.append(f"tool call: {function['name']}({arguments})")

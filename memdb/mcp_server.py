@@ -13,7 +13,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from . import __version__
+from . import __version__, privacy
 from .errors import InvalidInput, MemdbError, NotFound
 from .memory import Memory
 
@@ -154,7 +154,10 @@ def _version(atom: Any) -> dict[str, Any]:
 
 
 def _hit(hit: Any) -> dict[str, Any]:
-    return {k: v for k, v in dataclasses.asdict(hit).items() if v not in (None, [])}
+    # What recall returns goes into the model's prompt, as context() does: credentials withheld.
+    found = {k: v for k, v in dataclasses.asdict(hit).items() if v not in (None, [])}
+    found["text"] = privacy.redact(found.get("text", ""))
+    return found
 
 
 def _atom(atom: Any) -> dict[str, Any]:

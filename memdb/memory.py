@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import logging
 import os
 import threading
@@ -17,8 +18,8 @@ from typing import Any, Literal, TypeVar, cast
 import apsw
 import numpy as np
 
-from . import text
-from .checks import check_count, check_id, check_ids, check_name, now, parse_ts
+from . import privacy, text
+from .checks import MAX_ID, check_count, check_id, check_ids, check_name, now, parse_ts
 from .db import connection, forget as forgetting, layers, rows
 from .db.layers import Scenario
 from .db.rows import Atom, Hit
@@ -38,6 +39,9 @@ from .vecmath import unit
 log = logging.getLogger("memdb")
 EXTRACT_MODES = ("now", "defer")
 DEFAULT_EMBEDDER = "auto"  # the file's own embedder, else the bundled default
+# A query is searched by at most its first this many characters: the cost of the keyword side
+# grows with the query's terms (a 10 MB query took ~50 s), and the embedder reads 2,000 anyway.
+MAX_QUERY_CHARS = 4_000
 
 # The public API's argument types (checked again at run time: callers need not type-check).
 Message = Mapping[str, Any]  # {"role", "content", "name"?, "ts"?}
@@ -58,6 +62,7 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
     extract: Literal["now", "defer"] = "now",
     threads: int | None = None,
     settings: Settings | None = None,
+    read_only: bool = False,
 ) -> Memory:
     """Open (or create) a memdb file.
 
@@ -74,6 +79,9 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
       (memdb.models.protocols.LLM), or None for $MEMDB_LLM, else the bundled model.
     extract: "now" (add() extracts right away) or "defer" (add() only stores; call extract()).
     threads: CPU threads for the model and the embedder.
+    read_only: open an existing file without writing to it, nor creating its -wal or -shm (a
+      file on a read-only disk is read as it is, immutable): searched with the embedder it
+      records, or by keywords if it records none; calls that write raise MemdbError.
     """
     if extract not in EXTRACT_MODES:
         raise InvalidInput(f"extract must be one of {', '.join(EXTRACT_MODES)}, not {extract!r}")
@@ -85,13 +93,21 @@ def open(  # noqa: A001 - memdb.open mirrors sqlite3.connect / builtins.open on 
         raise InvalidInput('path is empty; give a file path, or ":memory:" for a memory that ends at close')
     if user is not None:
         check_name(user, "user")
+    if settings is not None and not isinstance(settings, Settings):  # "fast", a dict: no presets exist
+        raise InvalidInput(f"settings must be a memdb.Settings, not {type(settings).__name__} "
+                           "(e.g. memdb.Settings(extract_batch=8))")
     if llm is not None and not isinstance(llm, (str, os.PathLike)) and not hasattr(llm, "complete"):
         raise InvalidInput(f"llm must be a GGUF path or an object with complete(), not {type(llm).__name__}")
+    if not isinstance(read_only, bool):
+        raise InvalidInput(f"read_only must be True or False, not {read_only!r}")
+    if not read_only and _on_read_only_disk(os.fspath(path)):  # it could not be opened any other way
+        log.warning("memdb: %s is on a read-only file system: opened read-only", os.fspath(path))
+        read_only = True
     try:
-        conn = connection.connect(os.fspath(path))
+        conn = connection.connect(os.fspath(path), read_only=read_only)
         try:
             return Memory(conn, os.fspath(path), user=user, embedder=embedder, llm=llm, extract=extract,
-                          threads=threads, settings=settings or Settings())
+                          threads=threads, settings=settings or Settings(), read_only=read_only)
         except BaseException:
             conn.close()
             raise
@@ -114,6 +130,16 @@ _ADVICE: list[tuple[tuple[type[apsw.Error], ...], str]] = [
                                             "from a backup"),
     ((apsw.TooBigError,), "was asked for more than SQLite takes in one statement; pass fewer ids or shorter text"),
 ]
+
+
+def _on_read_only_disk(path: str) -> bool:
+    """Whether path is an existing file on a file system mounted read-only."""
+    if path == ":memory:" or path.startswith("file:") or not os.path.isfile(path):
+        return False
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+    except (AttributeError, OSError):  # no statvfs (Windows)
+        return False
 
 
 def file_error(path: str, exc: apsw.Error) -> MemdbError:
@@ -154,9 +180,11 @@ class Memory:
     never wait for it (the model runs outside the connection's lock)."""
 
     def __init__(self, conn: apsw.Connection, path: str, *, embedder: EmbedderSpec, llm: LLMSpec,
-                 extract: str, threads: int | None, settings: Settings, user: str | None = None) -> None:
+                 extract: str, threads: int | None, settings: Settings, user: str | None = None,
+                 read_only: bool = False) -> None:
         self.conn = conn
         self.path = path
+        self.read_only = read_only
         self.copy_files = copyfiles.directory(path)  # where copy files live, if any were written
         self.user = user
         self.closed = False
@@ -175,7 +203,7 @@ class Memory:
         self.copies = VectorCopies(
             vector_copy_min=settings.vector_copy_min, vector_copy_mb=settings.vector_copy_mb,
             blas_limit=functools.partial(_blas_threads, threads),
-            files=self.copy_files if settings.vector_copy_files else None,
+            files=self.copy_files if settings.vector_copy_files and not read_only else None,
             file_min=settings.vector_copy_file_min,
         )
         self.term_counts = TermCounts(growth=settings.term_counts_growth)
@@ -198,13 +226,20 @@ class Memory:
 
                 name = spec
                 if spec == DEFAULT_EMBEDDER:  # the file's own embedder keeps its vectors meaningful
-                    name = connection.get_meta(self.conn, "embedder_name") or embedders.DEFAULT
+                    name = connection.get_meta(self.conn, "embedder_name")
+                    if name is None and self.read_only:  # no vectors to search, none to be written
+                        return None, "keyword-only: the file holds no vectors (opened read-only)"
+                    name = name or embedders.DEFAULT
                 embedder = embedders.load(name, threads=self.threads)
         except EmbedderUnavailable as exc:
             if spec != DEFAULT_EMBEDDER:  # asked for by name: running without it would be a surprise
                 raise
             self._warn_once(f"memdb: embedder unavailable, running keyword-only: {exc}")
             return None, str(exc)
+        if self.read_only:
+            if not connection.vectors_held(self.conn, embedder.name, embedder.dim):
+                return None, f"keyword-only: the file holds no vectors of {embedder.name!r} (opened read-only)"
+            return embedder, None
         connection.ensure_vectors(self.conn, embedder.name, embedder.dim)
         return embedder, None
 
@@ -214,7 +249,8 @@ class Memory:
         with self._llm_lock:
             if self._llm is None:
                 self._llm = self._make_llm()
-            if not self._llm_recorded:  # a model given as an object is recorded too (memdb stats: llm)
+            # A read-only open writes nothing: the model is recorded by the next writer.
+            if not self._llm_recorded and not self.read_only:  # a model given as an object is recorded too (memdb stats: llm)
                 name, digest = self._llm.name, self._llm.sha256  # a worker starts here and verifies the file
                 with self._lock, connection.write(self.conn):
                     connection.set_meta(self.conn, "llm_name", name)
@@ -261,6 +297,27 @@ class Memory:
                 self.copies.expect(found)
         return found
 
+    def _embedder_moved(self) -> bool:
+        """Whether the file now records another embedder than this Memory's: another connection
+        reembedded it. Vectors made with ours would sit beside the new model's, meaning nothing."""
+        return self.embedder is not None and connection.get_meta(self.conn, "embedder_name") != self.embedder.name
+
+    def _follow_embedder(self) -> None:
+        """After a reembed by another connection, use the embedder the file records now (or none,
+        if it cannot load: keyword-only, and its writers fill the vectors in)."""
+        with self._lock:
+            if not self._embedder_moved():
+                return
+            moved_to = connection.get_meta(self.conn, "embedder_name")
+            self._warn_once(f"memdb: {self.path} was moved to the embedder {moved_to!r} by another connection; "
+                            f"following it")
+            self.embedder, self.embedder_error = None, f"the file moved to {moved_to!r}"
+            if moved_to is not None:
+                try:
+                    self.embedder, self.embedder_error = self._load_embedder(DEFAULT_EMBEDDER)
+                except MemdbError as exc:
+                    self.embedder_error = str(exc)
+
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
@@ -277,14 +334,18 @@ class Memory:
         ingest.check_messages says which are skipped). Bad input raises InvalidInput and writes nothing;
         extraction problems never raise here (the turns stay pending or are marked failed).
         """
+        self._check_writable()
         user = self._who(user)
         check_name(session, "session")
         default_ts = parse_ts(ts, "ts") if ts is not None else now()
         turns = check_messages(messages, default_ts)
         if not turns:  # every message was skipped (an image alone): nothing to store
             return []
+        self._follow_embedder()
         vectors_ = embed_turns(turns, self._embed)
         with self._lock, connection.write(self.conn):
+            if self._embedder_moved():  # reembedded by another connection while these were embedded
+                vectors_ = None
             ids = insert_turns(self.conn, user=user, session=session, turns=turns, vectors=vectors_)
         self._backfill()
         if self.extract_mode == "now":
@@ -300,14 +361,17 @@ class Memory:
                 progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
         """Extract atoms from pending turns (all, one user's, or the given ids), resumable.
 
-        Returns counts: turns done/skipped/failed and atoms new/merged/superseded/conflicting.
+        Returns counts: turns done/skipped/failed and atoms new/merged/superseded/conflicting
+        (and withheld: candidates privacy.py kept out, a credential or a forged instruction).
         Raises ModelError if the model cannot load; bad model output never raises.
         """
+        self._check_writable()
         user = self._who(user) if user is not None or self.user is not None else None
         if turn_ids is not None:
             turn_ids = check_ids(turn_ids, "turn_ids")
         if limit is not None:
-            check_count(limit, "limit")
+            check_count(limit, "limit", most=MAX_ID)  # bound into SQL: a larger one overflows 64 bits
+        self._follow_embedder()
         # Imported here: a process that only searches (the CLI) never needs extraction, and
         # its modules compile a hundred patterns at import (bench/cli_latency.py).
         from .extraction import pipeline
@@ -324,7 +388,7 @@ class Memory:
         """Embed up to settings.vector_backfill turns and atoms that were stored without a vector
         (by a keyword-only writer, or while the embedder failed), so search finds them by meaning."""
         budget = self.settings.vector_backfill
-        if self.embedder is None or not budget:
+        if self.embedder is None or not budget or self.read_only:
             return
         with self._lock:
             if connection.get_meta(self.conn, "vectors_missing") != "1" or not connection.has_vectors(self.conn):
@@ -340,6 +404,8 @@ class Memory:
             if found is None:
                 return
             with self._lock, connection.write(self.conn):
+                if self._embedder_moved():
+                    return
                 # Look again under the write lock: another writer may have filled or forgotten some.
                 still = {row[0] for row in rows.missing_vectors(self.conn, table, budget)}
                 for (row_id, user, _), vector in zip(todo, found):
@@ -354,12 +420,28 @@ class Memory:
         """Absorb one extracted candidate (extraction.records.Candidate) into the user's atoms."""
         from .lifecycle.absorb import absorb
 
+        if self._withheld(candidate):
+            return "withheld"
+        if vector is not None and self._embedder_moved():
+            vector = None  # the file moved to another embedder since it was made: the next writer fills it
         action, _ = absorb(self.conn, user=user, record=candidate.record, confidence=candidate.confidence,
                            turn_ids=candidate.turn_ids, ts=ts, vector=vector, settings=self.settings,
                            copies=self.copies, term_counts=self.term_counts,
                            multilingual=getattr(self.embedder, "multilingual", True),
                            cosine_baseline=self._baseline())
         return action
+
+    def _withheld(self, candidate: Any) -> bool:
+        """Whether a candidate must not become an atom, whatever extraction made of it: it names a
+        credential, or a source turn forges a role marker or tells the memory what to store (an
+        instruction inside a turn is its speaker's claim at most). The boundary filter of
+        privacy.py; called inside the batch's transaction."""
+        said = " ".join(str(candidate.record.get(k) or "") for k in ("subject", "predicate", "object", "outcome", "domain"))
+        if privacy.names_secret(said):
+            return True
+        sources = self.conn.execute('select "content" from "turns" where "id" in (select "value" from json_each(?))',
+                                    (json.dumps(list(candidate.turn_ids)),)).fetchall()
+        return any(privacy.forges_role(content) for content, in sources)
 
     def _baseline(self) -> float:
         return getattr(self.embedder, "cosine_baseline", 0.0) if self.embedder is not None else 0.0
@@ -369,6 +451,7 @@ class Memory:
                turn_id: int | None = None) -> dict[str, int]:
         """Delete a user's everything (user=), or one of the user's atoms or turns with what
         derives only from it (atom_id= or turn_id=, scoped to user= or the bound user)."""
+        self._check_writable()
         if (atom_id is not None) + (turn_id is not None) > 1 or (atom_id is None and turn_id is None and user is None):
             raise InvalidInput("forget takes user= alone (everything of that user), or atom_id= or turn_id= "
                                "with the user they belong to")
@@ -418,6 +501,7 @@ class Memory:
 
         L0 and atom text are untouched. Returns the number of vectors written.
         """
+        self._check_writable()
         from .models import embedders
 
         new = embedders.load(embedder, threads=self.threads)
@@ -445,6 +529,10 @@ class Memory:
         """
         user = self._who(user)
         self._check_search_args(query, user, k, layer, fusion, alpha)
+        if len(query) > MAX_QUERY_CHARS:  # a pasted document: its opening says what it is about
+            self._warn_once(f"memdb: a query of more than {MAX_QUERY_CHARS} characters is searched by its first "
+                            f"{MAX_QUERY_CHARS}")
+            query = query[:MAX_QUERY_CHARS]
         if session is not None:  # bound into SQL below: a lone surrogate would raise there
             check_name(session, "session")
         if layer == "scenarios":
@@ -500,6 +588,7 @@ class Memory:
     def _query_vector(self, query: str, user: str, session: str | None) -> np.ndarray | None:
         from .models import embedders
 
+        self._follow_embedder()
         # Fusion is never worse than its better half: vectors of a language the embedder
         # cannot read (MiniLM on Chinese) are noise, so that side gets no weight at all.
         if self.embedder is None or not embedders.reads(self.embedder, query):
@@ -551,7 +640,9 @@ class Memory:
                                    evidence=lambda h: self._evidence(h),
                                    evidence_for=self.settings.context_evidence if layer == "both" else 0,
                                    replaced=lambda h: contexts.replaced_by(self.conn, h)) if left > 0 else []
-        lines = [*card, *found]
+        # Raw turns are verbatim: a sentence of one that names a credential is withheld here, so
+        # that it never reaches a prompt (the turn itself stays in L0 until forgotten).
+        lines = [(privacy.redact(line), hit) for line, hit in [*card, *found]]
         return [(header, None), *lines] if lines and header else lines
 
     def _evidence(self, hit: Hit) -> list[Hit]:
@@ -628,7 +719,9 @@ class Memory:
         user = self._who(user)
         budget = self.settings.persona_tokens if budget is None else check_count(budget, "budget")
         with self._lock:
-            return "\n".join(personas.render(layers.card(self.conn, user), budget, self.count_tokens))
+            lines = personas.render(layers.card(self.conn, user), budget, self.count_tokens)
+        # Prompt-ready as context() is: an atom stored before privacy.py existed may name a credential.
+        return "\n".join(privacy.redact(line) for line in lines)
 
     @_file_errors
     def scenarios(self, user: str | None = None, *, limit: int = 20) -> list[Scenario]:
@@ -643,6 +736,7 @@ class Memory:
     def build_layers(self, user: str | None = None) -> dict[str, int]:
         """Place the atoms that are in no scenario yet (a file made before scenarios existed)
         and rank the persona card, for one user or every user of the file. Returns counts."""
+        self._check_writable()
         users = [self._who(user)] if user is not None or self.user is not None else \
             [r[0] for r in self.conn.execute('select distinct "user" from "atoms" order by 1')]
         placed = 0
@@ -740,6 +834,11 @@ class Memory:
         with self._lock:
             self.closed = True
             self.conn.close()
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise MemdbError(f"this Memory ({self.path!r}) is read-only (opened with read_only=True, or its file is "
+                             "on a read-only disk); nothing was written")
 
     def _check_open(self) -> None:
         # Without this a closed Memory's search() logged "connection has been closed" and

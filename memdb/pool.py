@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from .checks import check_name
-from .errors import InvalidInput
-from .memory import Memory, open as open_memory
+from .db import connection
+from .errors import InvalidInput, MemdbError
+from .memory import DEFAULT_EMBEDDER, Memory, open as open_memory
 from .settings import Settings
 
 _TENANT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # a file name on every platform, never a path
@@ -37,23 +38,37 @@ class Pool:
     """Open memdb files of tenants in one directory, at most max_open at a time. Thread-safe:
     a file in use (inside tenant()) is never closed under its user.
 
-    embedder and llm are loaded once and shared by every file (give llm as an object or a
-    server URL: a GGUF path would load a model per open file). copies_mb is the memory for
-    vector and keyword copies of all open files together."""
+    embedder "auto" (the default) opens each file with the embedder it records, as memdb.open
+    does (a new file gets the default one); each embedder is loaded once and shared by every
+    file that uses it. A named embedder or an object is used for every file (one recording
+    another is refused, EmbedderMismatch). llm is shared too (give it as an object or a server
+    URL: a GGUF path would load a model per open file). copies_mb is the memory for vector and
+    keyword copies of all open files together."""
 
     def __init__(self, directory: str | os.PathLike, *, max_open: int = 64, copies_mb: float = 1024.0,
-                 embedder: Any = "minilm", llm: Any = None, extract: str = "now",
+                 embedder: Any = DEFAULT_EMBEDDER, llm: Any = None, extract: str = "now",
                  threads: int | None = None, settings: Settings | None = None) -> None:
         if not isinstance(max_open, int) or isinstance(max_open, bool) or max_open < 1:
             raise InvalidInput(f"max_open must be a positive integer, not {max_open!r}")
         if not isinstance(copies_mb, (int, float)) or isinstance(copies_mb, bool) or copies_mb < 0:
             raise InvalidInput(f"copies_mb must be a non-negative number of megabytes, not {copies_mb!r}")
+        if settings is not None and not isinstance(settings, Settings):
+            raise InvalidInput(f"settings must be a memdb.Settings, not {type(settings).__name__}")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise InvalidInput(f"{str(self.directory)!r} is a file, not a directory; a Pool keeps one file "
+                               "per tenant in a directory of its own")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a parent that is a file, no permission, a read-only disk
+            raise MemdbError(f"cannot create the pool directory {str(self.directory)!r}: "
+                             f"{exc.strerror or exc}") from None
         self.max_open = max_open
         share = copies_mb / 2 / max_open  # half for vectors, half for keywords, per open file
         self.settings = dataclasses.replace(settings or Settings(), vector_copy_mb=share, keyword_copy_mb=share)
-        self.options = dict(embedder=embedder, llm=llm, extract=extract, threads=threads)
+        self.embedder = embedder
+        self.embedders: dict[str, Any] = {}  # "auto": the embedders loaded so far, by name, shared
+        self.options = dict(llm=llm, extract=extract, threads=threads)
         self.open_files: collections.OrderedDict[str, Memory] = collections.OrderedDict()
         self.in_use: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
@@ -83,15 +98,34 @@ class Pool:
         with self._lock:
             mem = self.open_files.get(tenant)
             if mem is None:
-                mem = open_memory(path, settings=self.settings, **self.options)
-                # The first file loaded the embedder: every later one shares that object (or
-                # None when it could not load, keyword-only like the first).
-                self.options["embedder"] = mem.embedder
+                mem = self._open(path)
                 self.open_files[tenant] = mem
             self.open_files.move_to_end(tenant)
             self.in_use[tenant] += 1
             self._close_over_limit()
             return mem
+
+    def _open(self, path: Path) -> Memory:
+        if self.embedder != DEFAULT_EMBEDDER:
+            mem = open_memory(path, settings=self.settings, embedder=self.embedder, **self.options)
+            # The first file loaded the embedder: every later one shares that object (or None
+            # when it could not load, keyword-only like the first).
+            self.embedder = mem.embedder
+            return mem
+        # The file's own embedder, loaded once per name: opened without one, the file says
+        # which it records, and gets the shared object (or loads it, as open() would).
+        from .models import embedders
+
+        mem = open_memory(path, settings=self.settings, embedder=None, **self.options)
+        try:
+            name = connection.get_meta(mem.conn, "embedder_name") or embedders.DEFAULT
+            mem.embedder, mem.embedder_error = mem._load_embedder(self.embedders.get(name, DEFAULT_EMBEDDER))
+            if mem.embedder is not None:
+                self.embedders.setdefault(mem.embedder.name, mem.embedder)
+        except BaseException:
+            mem.close()
+            raise
+        return mem
 
     def _close_over_limit(self) -> None:
         idle = [t for t in self.open_files if t not in self.in_use]  # least recently used first

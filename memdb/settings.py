@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from .errors import InvalidInput
 
 FUSIONS = ("weighted", "rrf")
+# The largest integer and number a setting takes: bound into SQL (64-bit) and multiplied there
+# and in numpy, a larger one would overflow instead of meaning "no limit".
+MAX_INT = 2**31 - 1
+MAX_NUMBER = 1e12
 KINDS = ("fact", "preference", "constraint", "event")
 INTENTS = ("lookup", "time", "preference", "open")
 
@@ -225,7 +229,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         _check(self.fusion in FUSIONS, "fusion", f"one of {', '.join(FUSIONS)}")
-        for name in ("keyword_copy_shared", "vector_copy_files", "layers", "model_worker"):
+        for name in ("keyword_copy_shared", "vector_copy_files", "layers", "extract_fill", "model_worker"):
             _check(isinstance(getattr(self, name), bool), name, "True or False")
         _check(self.model_extra_buffers is None or isinstance(self.model_extra_buffers, bool),
                "model_extra_buffers", "None, True or False")
@@ -238,11 +242,11 @@ class Settings:
         for name in ("scenario_join", "scenario_join_keywords", "scenario_vector_weight", "scenario_keyword_weight", "scenario_link_bonus",
                      "scenario_merge_similarity", "scenario_merge_keywords"):
             _check(_is_number(getattr(self, name), 0, 1), name, "a number from 0 to 1")
-        _check(set(self.persona_kind_weight) == {"fact", "preference", "constraint"} and all(
-            _is_number(v, 0, float("inf")) for v in self.persona_kind_weight.values()),
+        _check(isinstance(self.persona_kind_weight, dict) and set(self.persona_kind_weight) == {"fact", "preference", "constraint"} and all(
+            _is_number(v, 0, MAX_NUMBER) for v in self.persona_kind_weight.values()),
             "persona_kind_weight", "a dict of fact, preference, constraint to non-negative weights")
         for name in ("scenario_half_life_days", "persona_half_life_days"):
-            _check(_is_number(getattr(self, name), 0, float("inf")) and getattr(self, name) > 0, name,
+            _check(_is_number(getattr(self, name), 0, MAX_NUMBER) and getattr(self, name) > 0, name,
                    "a positive number of days")
         for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
@@ -263,21 +267,21 @@ class Settings:
         _check(isinstance(self.query_baseline, bool), "query_baseline", "True or False")
         for name in ("comparable_hours", "atom_weight", "skipped_turn_weight", "vector_copy_mb", "keyword_copy_mb",
                      "date_weight"):
-            _check(_is_number(getattr(self, name), 0, float("inf")), name, "a non-negative number")
-        _check(_is_number(self.term_counts_growth, 1, float("inf")), "term_counts_growth", "a number of at least 1")
-        _check(set(self.alpha) == set(INTENTS) and all(_is_number(v, 0, 1) for v in self.alpha.values()),
+            _check(_is_number(getattr(self, name), 0, MAX_NUMBER), name, "a non-negative number")
+        _check(_is_number(self.term_counts_growth, 1, MAX_NUMBER), "term_counts_growth", "a number of at least 1")
+        _check(isinstance(self.alpha, dict) and set(self.alpha) == set(INTENTS) and all(_is_number(v, 0, 1) for v in self.alpha.values()),
                "alpha", f"a dict of {', '.join(INTENTS)} to numbers from 0 to 1")
-        _check(set(self.half_life_days) == set(KINDS) and all(
-            v is None or _is_number(v, 0, float("inf")) and v > 0 for v in self.half_life_days.values()),
+        _check(isinstance(self.half_life_days, dict) and set(self.half_life_days) == set(KINDS) and all(
+            v is None or _is_number(v, 0, MAX_NUMBER) and v > 0 for v in self.half_life_days.values()),
             "half_life_days", f"a dict of {', '.join(KINDS)} to positive days or None")
-        _check(len(self.atom_columns) == 6 and all(_is_number(w, 0, float("inf")) for w in self.atom_columns),
+        _check(isinstance(self.atom_columns, (tuple, list)) and len(self.atom_columns) == 6 and all(_is_number(w, 0, MAX_NUMBER) for w in self.atom_columns),
                "atom_columns", "six non-negative weights")
-        _check(len(self.turn_columns) == 3 and all(_is_number(w, 0, float("inf")) for w in self.turn_columns),
+        _check(isinstance(self.turn_columns, (tuple, list)) and len(self.turn_columns) == 3 and all(_is_number(w, 0, MAX_NUMBER) for w in self.turn_columns),
                "turn_columns", "three non-negative weights")
 
 
 def _is_int(value: object, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= MAX_INT
 
 
 def _is_number(value: object, low: float, high: float) -> bool:
@@ -286,4 +290,4 @@ def _is_number(value: object, low: float, high: float) -> bool:
 
 def _check(ok: bool, name: str, what: str) -> None:
     if not ok:
-        raise InvalidInput(f"Settings.{name} must be {what}")
+        raise InvalidInput(f"Settings.{name} must be {what} (integers at most {MAX_INT}, numbers at most {MAX_NUMBER:g})")

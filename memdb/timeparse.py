@@ -78,6 +78,8 @@ def _day(d: date) -> str:
 
 
 def _month(year: int, month: int) -> str:
+    if not 1 <= year <= 9999:  # "next month" seen from December 9999
+        raise ValueError(f"year {year} is out of range")
     return f"{year:04d}-{month:02d}"
 
 
@@ -114,7 +116,7 @@ def _zh_number(text: str) -> int | None:
     return None
 
 
-def _shift(ref: date, n: int, unit: str) -> str:
+def _shift(ref: date, n: int, unit: str) -> str | None:
     """ref moved by n units (negative: into the past), at the unit's precision."""
     unit = unit.rstrip("s")
     if unit == "day":
@@ -123,7 +125,7 @@ def _shift(ref: date, n: int, unit: str) -> str:
         return _day(ref + timedelta(weeks=n))
     if unit == "month":
         return _month(*_add_months(ref, n))
-    return f"{ref.year + n:04d}"
+    return f"{ref.year + n:04d}" if 1 <= ref.year + n <= 9999 else None
 
 
 def _past_weekday(ref: date, weekday: int) -> date:
@@ -406,7 +408,10 @@ def _scan(text: str, ref: date) -> list[tuple[int, int, str]]:
     hits: list[tuple[int, int, str]] = []
     for pattern, handler in _RULES:
         for m in pattern.finditer(text):
-            value = handler(m, ref)
+            try:
+                value = handler(m, ref)
+            except (OverflowError, ValueError):  # "tomorrow" seen from 9999-12-31: no such day
+                value = None
             if value is not None:
                 hits.append((m.start(), m.end(), value))
     hits.sort(key=lambda hit: (hit[0], -(hit[1] - hit[0])))

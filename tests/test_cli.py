@@ -410,5 +410,5 @@ def test_events_since_takes_a_relative_date(tmp_path, capsys):
 
 def test_mcp_takes_no_json_flag_it_could_not_honour(tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
-        cli.main(["mcp", str(tmp_path / "a.db"), "--json"])
+        cli.main(["mcp", str(tmp_path / "a.db"), "--user", "ana", "--json"])
     assert 2 == exited.value.code and "unrecognized arguments: --json" in capsys.readouterr().err

@@ -102,6 +102,21 @@ def test_forget_over_mcp_deletes_only_the_served_users_memory(tmp_path):
         assert 1 == len(mem.search("bees", user="bob", layer="turns"))
 
 
+def test_mcp_refuses_to_start_without_user_or_all_users(tmp_path, capsys):
+    # Without --user any client could read and delete every user's memory: that form must be asked for.
+    with pytest.raises(SystemExit) as exit_:
+        main(["mcp", str(tmp_path / "agent.db"), "--embedder", "none"])
+    assert 2 == exit_.value.code
+    assert "one of the arguments --user/-u --all-users is required" in capsys.readouterr().err
+    assert not (tmp_path / "agent.db").exists()
+
+
+def test_all_users_says_so_loudly(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # stop right after the warning
+    main(["mcp", str(tmp_path / "agent.db"), "--embedder", "none", "--all-users"])
+    assert "WARNING: serving every user" in capsys.readouterr().err
+
+
 def test_history_and_show_explain_a_memory_to_the_served_user_only(tmp_path):
     db = tmp_path / "agent.db"
     ids = build(db)  # alice liked coffee, then hated it; wang's memories are in Chinese
@@ -131,9 +146,9 @@ def test_history_and_show_explain_a_memory_to_the_served_user_only(tmp_path):
     assert neither.is_error and "show takes exactly one of atom_id, turn_id" in neither.content[0].text
 
 
-def test_without_user_every_call_names_one(tmp_path):
+def test_with_all_users_every_call_names_one(tmp_path):
     db = filled(tmp_path)
-    _, (unnamed, named) = serve_and_call(db, [("profile", {}), ("profile", {"user": "alice"})])
+    _, (unnamed, named) = serve_and_call(db, [("profile", {}), ("profile", {"user": "alice"})], "--all-users")
     assert unnamed.is_error and "name the user" in unnamed.content[0].text
     assert ["Alice likes science fiction movies"] == [a["text"] for a in payload(named)]
 
@@ -156,7 +171,7 @@ def test_the_cli_help_lists_mcp_and_says_where_bigger_models_go(capsys):
 
 def test_without_the_mcp_package_the_command_says_how_to_get_it(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails as if not installed
-    assert 2 == main(["mcp", str(tmp_path / "agent.db"), "--embedder", "none"])
+    assert 2 == main(["mcp", str(tmp_path / "agent.db"), "--embedder", "none", "--user", "alice"])
     assert "the MCP server needs the mcp package (2.x): pip install 'memdb-sqlite[mcp]'" in capsys.readouterr().err
 
 

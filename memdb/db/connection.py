@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.resources
+import logging
+import os
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +23,14 @@ import sqlite_vec
 from ..checks import now
 from ..errors import EmbedderMismatch, SchemaError
 
+log = logging.getLogger("memdb")
 APPLICATION_ID = 0x6D656D64  # "memd"
 SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 30_000
+
+
+class NeedsUpgrade(SchemaError):
+    """A read-only open of a file from an older memdb: only a writable open migrates it."""
 
 
 def schema_sql() -> str:
@@ -62,25 +70,27 @@ MIGRATIONS: dict[int, str] = {
 }
 
 
-def connect(path: str | Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> apsw.Connection:
+def connect(path: str | Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, read_only: bool = False) -> apsw.Connection:
     """Open (or create) a memdb file and bring it to the current schema.
 
     The file is checked before anything is written to it: a foreign SQLite file, a newer
-    memdb file or a corrupt file raises SchemaError and stays untouched.
+    memdb file or a corrupt file raises SchemaError and stays untouched (also its -wal, which
+    closing would otherwise checkpoint into it).
+
+    read_only: open an existing file without writing anything, not even its -wal or -shm:
+    `mode=ro`, or, where those cannot be made (a read-only mount), `immutable=1`.
     """
     path = str(path)
+    if read_only:
+        return _connect_read_only(path, busy_timeout_ms)
     try:
         conn = apsw.Connection(path)
     except apsw.Error as exc:
         raise SchemaError(f"cannot open {path!r}: {exc}") from exc
     try:
-        conn.set_busy_timeout(busy_timeout_ms)
-        conn.enable_load_extension(True)
-        conn.load_extension(sqlite_vec.loadable_path())
-        conn.enable_load_extension(False)
-        conn.config(apsw.SQLITE_DBCONFIG_DQS_DML, 0)
-        conn.config(apsw.SQLITE_DBCONFIG_DQS_DDL, 0)
+        _configure(conn, busy_timeout_ms)
         _check_file(conn, path)
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0)  # a memdb file: close checkpoints as usual
         conn.execute("pragma foreign_keys = on")
         conn.execute("pragma secure_delete = on")
         if path != ":memory:" and not path.startswith("file::memory:"):
@@ -90,6 +100,51 @@ def connect(path: str | Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> apsw
     except BaseException:
         conn.close()
         raise
+    return conn
+
+
+def _configure(conn: apsw.Connection, busy_timeout_ms: int) -> None:
+    conn.set_busy_timeout(busy_timeout_ms)
+    # Until the file is accepted: closing a refused file must not checkpoint a -wal it came
+    # with into it (its bytes would change).
+    conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    conn.enable_load_extension(False)
+    conn.config(apsw.SQLITE_DBCONFIG_DQS_DML, 0)
+    conn.config(apsw.SQLITE_DBCONFIG_DQS_DDL, 0)
+
+
+def _connect_read_only(path: str, busy_timeout_ms: int) -> apsw.Connection:
+    """An existing memdb file opened for reading only; nothing is created or written."""
+    if path == ":memory:" or not Path(path).is_file():
+        raise SchemaError(f"{path!r} is not an existing file; a read-only open reads one")
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path))
+    flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    for options in ("?mode=ro", "?immutable=1"):
+        try:
+            conn = apsw.Connection(uri + options, flags=flags)
+        except apsw.Error as exc:
+            raise SchemaError(f"cannot open {path!r}: {exc}") from exc
+        try:
+            _configure(conn, busy_timeout_ms)
+            _check_file(conn, path)
+            break
+        except apsw.CantOpenError:  # WAL without a -shm that this process may create: a read-only mount
+            conn.close()
+            if options == "?immutable=1":
+                raise
+        except BaseException:
+            conn.close()
+            raise
+    wal = path + "-wal"
+    if options == "?immutable=1" and os.path.exists(wal) and os.path.getsize(wal):
+        log.warning("memdb: %s is read as it is on a read-only disk: transactions in its -wal that were never "
+                    "checkpointed are not seen", path)
+    if conn.execute("pragma user_version").fetchone()[0] != SCHEMA_VERSION:
+        conn.close()
+        raise NeedsUpgrade(f"{path!r} has an older memdb schema; open it once for writing to upgrade it")
+    conn.execute("pragma foreign_keys = on")
     return conn
 
 
@@ -171,6 +226,15 @@ def get_meta(conn: apsw.Connection, key: str) -> str | None:
     return row[0] if row else None
 
 
+def meta_int(conn: apsw.Connection, key: str) -> int:
+    """A counter kept in meta; 0 when missing or not a number (a hand edit), so it restarts."""
+    try:
+        return int(get_meta(conn, key) or 0)
+    except ValueError:
+        log.warning("memdb: meta.%s is not a number; counted from 0", key)
+        return 0
+
+
 def set_meta(conn: apsw.Connection, key: str, value: str | None) -> None:
     conn.execute(
         'insert into "meta" ("key", "value") values (?, ?) '
@@ -194,16 +258,38 @@ def ensure_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
             create_vectors(conn, name, dim)
 
 
+def vectors_held(conn: apsw.Connection, name: str, dim: int) -> bool:
+    """Whether the file holds vec0 tables of this embedder (EmbedderMismatch if of another)."""
+    return _vectors_held(conn, name, dim)
+
+
 def _vectors_held(conn: apsw.Connection, name: str, dim: int) -> bool:
-    held, held_name = get_meta(conn, "embedder_dim"), get_meta(conn, "embedder_name")
+    held, held_name = embedder_dim(conn), get_meta(conn, "embedder_name")
     # Two embedders of one dimension still place texts differently: their vectors never mix.
-    if held is not None and (int(held) != dim or held_name != name):
+    if held is not None and (held != dim or held_name != name):
         raise EmbedderMismatch(
             f"this file holds {held}-dimensional vectors from {held_name!r}, but the embedder "
             f"{name!r} makes {dim}-dimensional ones of its own; open it with embedder={held_name!r} "
             f"(or the default, which uses the file's), or move it with `memdb reembed FILE --to {name}`"
         )
     return held is not None and has_vectors(conn)
+
+
+def embedder_dim(conn: apsw.Connection) -> int | None:
+    """The dimension of the file's vectors, as its meta records it (None: no vectors yet)."""
+    held = get_meta(conn, "embedder_dim")
+    if held is None:
+        return None
+    try:
+        dim = int(held)
+    except (TypeError, ValueError):
+        dim = 0
+    if not 0 < dim <= 65536:  # a hand edit; vec0 stores at most 8192 anyway
+        raise SchemaError(f"the file's meta says its vectors have {held!r} dimensions, which is not a "
+                          "dimension: set meta.embedder_dim back to its vec0 tables' (sqlite3: `select sql from "
+                          "sqlite_schema where name = 'atoms_vec'`), or open it with embedder=None to search "
+                          "by keywords")
+    return dim
 
 
 def create_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
@@ -220,5 +306,5 @@ def create_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
 def vectors_changed(conn: apsw.Connection) -> None:
     """Record that vectors were deleted or rebuilt, not only added: in-process copies of
     them (cache.py) reload instead of appending. Call inside write()."""
-    epoch = int(get_meta(conn, "vectors_epoch") or 0)
+    epoch = meta_int(conn, "vectors_epoch")
     set_meta(conn, "vectors_epoch", str(epoch + 1))

@@ -22,7 +22,7 @@ BULK_DELETE_ROWS = 200
 
 
 @contextlib.contextmanager
-def scrubbed_fts(conn: apsw.Connection, table: str, count: int) -> Iterator[None]:
+def scrubbed_fts(conn: apsw.Connection, table: str, rowids: Sequence[int]) -> Iterator[None]:
     """Delete FTS rows so that their terms leave the file, not only the index's answers.
 
     The tables keep FTS5 'secure-delete' on (schema.sql), which removes a deleted or updated
@@ -30,9 +30,13 @@ def scrubbed_fts(conn: apsw.Connection, table: str, count: int) -> Iterator[None
     from its content: faster than many in-place deletes, and a rebuilt index holds no trace of
     the deleted rows, neither in its segments nor as a term prefix in the %_idx b-tree (whose
     interior pages keep copies of keys deleted from the leaves; 'optimize' leaves those).
-    Freed pages are zeroed by `pragma secure_delete`. Call inside write().
+    Freed pages are zeroed by `pragma secure_delete`. An in-place delete leaves a key in %_idx
+    too when a deleted term was the first on a leaf page (the key is its shortest distinguishing
+    prefix, "ccj" for "ccjjxfnsi"): such a key that no remaining term starts with makes the
+    index rebuilt as well. rowids: the rows deleted or rewritten. Call inside write().
     """
-    bulk = count > BULK_DELETE_ROWS
+    bulk = len(rowids) > BULK_DELETE_ROWS
+    terms = set() if bulk else _terms(conn, table, rowids)
     if bulk:
         conn.execute(f'insert into "{table}" ("{table}", rank) values (\'secure-delete\', 0)')
     try:
@@ -40,8 +44,51 @@ def scrubbed_fts(conn: apsw.Connection, table: str, count: int) -> Iterator[None
     finally:
         if bulk:
             conn.execute(f'insert into "{table}" ("{table}", rank) values (\'secure-delete\', 1)')
-    if bulk:
+    if bulk or _prefix_left(conn, table, terms):
         conn.execute(f'insert into "{table}" ("{table}") values (\'rebuild\')')
+
+
+# The tokenizer of every FTS table (schema.sql), to know which terms a row put in the index.
+_TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
+
+
+def _terms(conn: apsw.Connection, table: str, rowids: Sequence[int]) -> set[str]:
+    """The index terms of the rows, as FTS5 tokenized them."""
+    tokenize = conn.fts5_tokenizer(*_TOKENIZER)
+    terms: set[str] = set()
+    for rowid in rowids:
+        for value in conn.execute(f'select * from "{table}" where "rowid" = ?', (rowid,)).fetchone() or ():
+            if isinstance(value, str) and value:
+                terms.update(tokenize(value.encode("utf-8", "surrogatepass"), apsw.FTS5_TOKENIZE_DOCUMENT, None,
+                                      include_offsets=False, include_colocated=False))
+    return terms
+
+
+def _prefix_left(conn: apsw.Connection, table: str, terms: set[str]) -> bool:
+    """Whether %_idx keeps a key that is a prefix of a gone term and of no term still indexed."""
+    if not terms:
+        return False
+    conn.execute(f'create virtual table if not exists temp."{table}_terms" using fts5vocab(main, "{table}", row)')
+    segments = [r[0] for r in conn.execute(f'select distinct "segid" from "{table}_idx"')]
+    for term in sorted(terms):
+        key = b"0" + term.encode("utf-8", "surrogatepass")  # main-index keys start with "0"
+        for segment in segments:  # the key of the leaf page the term was on, in each segment
+            found = conn.execute(f'select "term" from "{table}_idx" where "segid" = ? and "term" <= ? '
+                                 'order by "term" desc limit 1', (segment, key)).fetchone()
+            prefix = bytes(found[0]) if found else b""
+            if len(prefix) < 2 or not key.startswith(prefix):
+                continue
+            wanted = bytes(prefix)[1:]  # may end inside a character: compare bytes
+            for (found,) in conn.execute(f'select "term" from temp."{table}_terms" where "term" >= ?',
+                                         (wanted.decode("utf-8", "ignore"),)):
+                found = found.encode("utf-8", "surrogatepass")
+                if found >= wanted:  # the first term at or after the key: it starts with it, or none does
+                    if not found.startswith(wanted):
+                        return True
+                    break
+            else:
+                return True
+    return False
 
 
 def delete_atoms(conn: apsw.Connection, atom_ids: Sequence[int]) -> None:
@@ -54,7 +101,7 @@ def delete_atoms(conn: apsw.Connection, atom_ids: Sequence[int]) -> None:
         connection.vectors_changed(conn)
     partners: set[int] = set()
     relinks = _relinks(conn, set(atom_ids))
-    with scrubbed_fts(conn, "atoms_fts", len(atom_ids)):
+    with scrubbed_fts(conn, "atoms_fts", atom_ids):
         for atom_id in atom_ids:
             partners.update(rows.conflict_partners(conn, atom_id))
             conn.execute('delete from "atoms_fts" where "rowid" = ?', (atom_id,))
@@ -100,7 +147,7 @@ def delete_turns(conn: apsw.Connection, turn_ids: Sequence[int]) -> None:
     if vectors:
         connection.vectors_changed(conn)
     orphans: set[int] = set()
-    with scrubbed_fts(conn, "turns_fts", len(turn_ids)):
+    with scrubbed_fts(conn, "turns_fts", turn_ids):
         for turn_id in turn_ids:
             for (atom_id,) in conn.execute(
                 'select "atom_id" from "atom_sources" where "turn_id" = ?', (turn_id,)
@@ -116,7 +163,7 @@ def delete_turns(conn: apsw.Connection, turn_ids: Sequence[int]) -> None:
         if conn.execute('select 1 from "atom_sources" where "atom_id" = ?', (atom_id,)).fetchone()
     }
     # An atom that keeps other sources must lose the forgotten turn's words from its index.
-    with scrubbed_fts(conn, "atoms_fts", len(still_sourced)):
+    with scrubbed_fts(conn, "atoms_fts", sorted(still_sourced)):
         for atom_id in still_sourced:
             rows.reindex_sources(conn, atom_id)
     delete_atoms(conn, sorted(orphans - still_sourced))

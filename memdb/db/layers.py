@@ -123,7 +123,7 @@ def delete(conn: apsw.Connection, scenario_ids: Sequence[int]) -> None:
     if not scenario_ids:
         return
     connection.set_meta(conn, "scenarios_high_id", str(max(
-        int(connection.get_meta(conn, "scenarios_high_id") or 0),
+        connection.meta_int(conn, "scenarios_high_id"),
         conn.execute('select coalesce(max("id"), 0) from "scenarios"').fetchone()[0])))
     conn.executemany('delete from "scenarios" where "id" = ?', [(s,) for s in scenario_ids])
 

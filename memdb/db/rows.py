@@ -293,9 +293,10 @@ def read_atoms(conn: apsw.Connection, where: str, args: tuple | dict, prefix: st
     """Atoms of `select ... from "atoms" a {where}` (prefix: a WITH clause the where uses)."""
     rows = conn.execute(f'{prefix} select {_ATOM_COLUMNS}, {SOURCE_IDS} from "atoms" a {where}', args).fetchall()
     return [
-        Atom(id=r[0], user=r[1], kind=codec.KIND_NAMES[r[2]], text=r[3], record=codec.unpack(r[4]),
+        Atom(id=r[0], user=r[1], kind=codec.name_of(codec.KIND_NAMES, r[2]), text=r[3], record=codec.unpack(r[4]),
              confidence=r[5], seen=r[6], first_seen=r[7], last_seen=r[8], valid_from=r[9],
-             valid_to=r[10], status=codec.STATUS_NAMES[r[11]], superseded_by=r[12], turn_ids=parse_ids(r[13]))
+             valid_to=r[10], status=codec.name_of(codec.STATUS_NAMES, r[11]), superseded_by=r[12],
+             turn_ids=parse_ids(r[13]))
         for r in rows
     ]
 
@@ -318,7 +319,8 @@ def read_turns(conn: apsw.Connection, turn_ids: Sequence[int], user: str | None 
 def _turn_dicts(found: list[tuple]) -> list[dict]:
     out = [dict(zip(TURN_KEYS, r)) for r in found]
     for row in out:
-        row["role"], row["state"] = codec.ROLE_NAMES[row["role"]], codec.STATE_NAMES[row["state"]]
+        row["role"] = codec.name_of(codec.ROLE_NAMES, row["role"])
+        row["state"] = codec.name_of(codec.STATE_NAMES, row["state"])
     return out
 
 
@@ -439,9 +441,9 @@ def stats(conn: apsw.Connection, user: str | None) -> dict:
     return {
         "users": users if user is None else 1,
         "turns": sum(turns.values()),
-        "turns_by_state": {codec.STATE_NAMES[s]: n for s, n in sorted(turns.items())},
+        "turns_by_state": {codec.name_of(codec.STATE_NAMES, s): n for s, n in sorted(turns.items(), key=str)},
         "atoms": sum(atoms.values()),
-        "atoms_by_status": {codec.STATUS_NAMES[s]: n for s, n in sorted(atoms.items())},
+        "atoms_by_status": {codec.name_of(codec.STATUS_NAMES, s): n for s, n in sorted(atoms.items(), key=str)},
         "turn_chars": chars[0],
         "active_atom_chars": chars[1],
         "file_bytes": page_count * page_size,

@@ -236,7 +236,7 @@ class VectorCopies:
         table, _, _ = LAYERS[layer]
         count, upto = conn.execute(f'select count(*), coalesce(max("id"), 0) from "{table}" where "user" = ?',
                                    (user,)).fetchone()
-        dim = int(connection.get_meta(conn, "embedder_dim") or 0)
+        dim = connection.embedder_dim(conn) or 0
         base = None
         if self.files is not None and self.vector_copy_bytes and count >= max(self.file_min, self.vector_copy_min, 1) \
                 and dim:

@@ -27,6 +27,7 @@ and deletes what it wrote if a forget committed meanwhile: whichever comes last 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -85,12 +86,18 @@ class Writer:
     def __init__(self, path: Path, capacity: int, dim: int) -> None:
         path.parent.mkdir(mode=0o700, exist_ok=True)
         self.path = path
+        remove_leftovers(path)
         fd, temp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")  # mode 0600
         self.temp = Path(temp)
+        self._fd = fd  # held (and locked) until commit or abandon: a live writer's file is not a leftover
         try:
-            os.ftruncate(fd, _matrix_offset(capacity) + capacity * dim * 4)
-        finally:
+            _lock(fd)
+            _allocate(fd, _matrix_offset(capacity) + capacity * dim * 4)
+        except BaseException:
+            self._fd = None
             os.close(fd)
+            remove(self.temp)
+            raise
         self.ids = np.memmap(self.temp, np.int64, "r+", offset=HEADER_BYTES, shape=(capacity,))
         self.matrix = np.memmap(self.temp, np.float32, "r+", offset=_matrix_offset(capacity), shape=(capacity, dim))
         self.capacity, self.dim = capacity, dim
@@ -107,6 +114,7 @@ class Writer:
             f.flush()
             os.fsync(f.fileno())
         os.replace(self.temp, self.path)
+        self._close()
         with contextlib.suppress(OSError):  # the rename itself, on filesystems that allow it
             folder = os.open(self.path.parent, os.O_RDONLY)
             try:
@@ -118,6 +126,67 @@ class Writer:
         for name in ("ids", "matrix"):
             self.__dict__.pop(name, None)
         remove(self.temp)
+        self._close()
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Give the file its blocks now. The arrays are filled through a memory map: on a file that
+    is only sparse (ftruncate), a full disk shows up as SIGBUS on the page being written, which
+    kills the process; allocated first, it is an OSError (ENOSPC) here, and the copy stays in
+    memory."""
+    os.ftruncate(fd, size)
+    if not hasattr(os, "posix_fallocate"):  # macOS: write the zeros, the same guarantee
+        _write_zeros(fd, size)
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        _write_zeros(fd, size)  # a filesystem without fallocate
+
+
+def _write_zeros(fd: int, size: int) -> None:
+    block = bytes(1 << 20)
+    at = 0
+    while at < size:
+        at += os.pwrite(fd, block[: min(len(block), size - at)], at)
+    os.fsync(fd)
+
+
+def _lock(fd: int) -> None:
+    """Mark the temporary file as being written: leftovers_of() removes only unlocked ones."""
+    with contextlib.suppress(ImportError, OSError):
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def remove_leftovers(path: Path) -> None:
+    """Delete the temporary files a killed writer of path left (each held the disk space of a
+    whole copy); a file another live writer holds locked is left alone."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): only forget() and reembed remove leftovers
+        return
+    for temp in path.parent.glob(path.name + ".*.tmp"):
+        try:
+            fd = os.open(temp, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a live writer's
+            continue
+        else:
+            remove(temp)
+        finally:
+            os.close(fd)
 
 
 def remove(path: Path) -> None:
