@@ -150,11 +150,11 @@ def test_shadow_and_lookup_tables_are_hidden(made):
     shown = sorted(t["name"] for t in listing["tables"] if not t["hidden"])
     hidden = {t["name"] for t in listing["tables"] if t["hidden"]}
     assert ["atom_conflicts", "atom_sources", "atoms", "meta", "persona", "scenario_atoms", "scenarios", "turns"] == shown
-    assert {"kinds", "sentiments", "statuses", "roles", "states", "record_keys", "sqlite_sequence",
+    assert {"kinds", "sentiments", "statuses", "roles", "states", "polarities", "record_keys", "sqlite_sequence",
             "atoms_fts", "atoms_fts_data", "turns_fts_config", "atoms_vec", "atoms_vec_chunks",
             "turns_vec_rowids"} <= hidden
     assert all(n.startswith(("atoms_fts", "turns_fts", "atoms_vec", "turns_vec")) for n in hidden - {
-        "kinds", "sentiments", "statuses", "roles", "states", "record_keys", "sqlite_sequence"})
+        "kinds", "sentiments", "statuses", "roles", "states", "polarities", "record_keys", "sqlite_sequence"})
     assert {"atoms_v", "turns_v", "atom_sources_v", "atom_records_v", "atom_fields_v", "scenarios_v",
             "scenario_atoms_v", "persona_v"} == {v["name"] for v in listing["views"]}
     page = get(browse.datasette(path), "/mem").text
@@ -182,7 +182,7 @@ def test_records_are_decoded_enums_named_and_chinese_shown_as_written(made):
     ds = browse.datasette(path)
     page = get(ds, "/mem/atoms?user=wang").text
     record = '{"kind": "preference", "subject": "小王", "predicate": "喜欢", "object": "巧克力蛋糕", "lang": "zh", ' \
-             '"sentiment": "like"}'
+             '"attribute": "likes", "value": "巧克力蛋糕", "sentiment": "like"}'
     assert str(markupsafe.escape(record)) in page
     assert '<a href="/mem/kinds/1">preference</a>' in page and '<a href="/mem/statuses/0">active</a>' in page
     assert "&lt;Binary" not in page

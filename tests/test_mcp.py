@@ -135,7 +135,8 @@ def test_history_and_show_explain_a_memory_to_the_served_user_only(tmp_path):
         (v["id"], v["text"], v["status"], v["superseded_by"], v["valid_to"], v["turn_ids"]) for v in payload(history)]
     atom = payload(shown)
     assert {"kind": "preference", "subject": "Alice", "predicate": "likes", "object": "coffee",
-            "sentiment": "like"} == {k: v for k, v in atom["record"].items() if k != "lang"}
+            "sentiment": "like", "attribute": "likes", "value": "coffee"} == {
+        k: v for k, v in atom["record"].items() if k != "lang"}
     assert (ids["hates"], ["I really like coffee in the morning."]) == (
         atom["superseded_by"], [t["content"] for t in atom["sources"]])
     assert ("I hate coffee now, it hurts my stomach.", "2026-03-05T09:00:00") == (

@@ -60,7 +60,7 @@ def test_the_demos_closing_hint_is_valid_sql(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(memdb.Memory, "llm", lambda self: ScriptedLLM())
     db = tmp_path / "demo.db"
     assert 0 == cli.main(["demo", str(db), "--embedder", "none"])
-    hint = capsys.readouterr().out.strip().splitlines()[-1]
+    hint = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("inspect it:"))
     sql = re.fullmatch(r"inspect it: sqlite3 \S+ '(.*)'", hint).group(1)
     with memdb.open(db, embedder=None, extract="defer") as mem:
         assert mem.conn.execute(sql).fetchall()

@@ -200,7 +200,7 @@ class HookedLLM:
         return '{"a":[{"kind":"fact","subject":"Ana","predicate":"keeps","object":"a rose garden"}]}'
 
 
-ROSE = [{"role": "user", "name": "Ana", "content": "I keep a rose garden behind the house."}]
+ROSE = [{"role": "user", "name": "Ana", "content": "Roses behind the house, forty of them."}]  # left to the model
 
 
 def test_two_processes_extracting_the_same_turns_absorb_them_once(db_path):

@@ -229,7 +229,7 @@ def test_the_mcp_server_keeps_serving_when_its_model_crashes(tmp_path, control):
 def test_search_returns_while_the_model_is_still_answering(db_path, embedder):
     model = SlowLLM()
     with memdb.open(db_path, embedder=embedder, llm=model, extract="defer") as mem:
-        mem.add([{"role": "user", "name": "Anna", "content": "I keep bees on the roof."}], user="anna")
+        mem.add([{"role": "user", "name": "Anna", "content": "Bees on the roof, two hives."}], user="anna")
         mem.add(ANNA, user="anna")
         extracting = threading.Thread(target=mem.extract)
         extracting.start()
@@ -246,7 +246,7 @@ def test_search_returns_while_the_model_is_still_answering(db_path, embedder):
             threading.Thread(target=search, daemon=True).start()
             assert searched.wait(30), "search waited for the model call"
             assert not model.release.is_set() and extracting.is_alive()  # the model call is still going on
-            assert ["I keep bees on the roof.", 2] == [found[0].text, found[-1]]
+            assert ["Bees on the roof, two hives.", 2] == [found[0].text, found[-1]]
         finally:
             model.release.set()
             extracting.join(30)
@@ -260,12 +260,12 @@ def test_search_returns_while_the_model_is_still_loading(db_path, embedder, cont
     building, release = control.parent / "control.building", control.parent / "control.release"
     try:
         with memdb.open(db_path, embedder=embedder, extract="defer") as mem:
-            mem.add([{"role": "user", "name": "Anna", "content": "I keep bees on the roof."}], user="anna")
+            mem.add([{"role": "user", "name": "Anna", "content": "Bees on the roof, two hives."}], user="anna")
             extracting = threading.Thread(target=mem.extract)
             extracting.start()
             try:
                 assert _wait_for(building.exists)  # the worker is building the model (another process)
-                assert ["I keep bees on the roof."] == [h.text for h in mem.search("bees", user="anna")]
+                assert ["Bees on the roof, two hives."] == [h.text for h in mem.search("bees", user="anna")]
                 assert not release.exists() and extracting.is_alive()
             finally:
                 release.write_text("go")

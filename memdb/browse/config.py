@@ -19,7 +19,7 @@ PLUGIN = "memdb"
 # labels already show the names) and the record-key table behind the decoding views. The FTS5
 # and vec0 tables and their shadow tables are hidden too, found by name in the file, and
 # SQLite's own (sqlite_sequence).
-LOOKUP_TABLES = ("kinds", "sentiments", "statuses", "roles", "states", "record_keys")
+LOOKUP_TABLES = ("kinds", "sentiments", "statuses", "roles", "states", "polarities", "record_keys")
 INDEX_TABLES = ("atoms_fts", "turns_fts", "atoms_vec", "turns_vec")
 
 # (title, description, extra table metadata) of every table and view worth showing.
