@@ -247,8 +247,9 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
         predicate = record.get("predicate", "").strip()
         if not predicate or not re.match(r"[a-z]", predicate):
             return None, "no verb"  # "Ana | | colors blend nicely": a small model's fragment, not a note
-        if record["subject"] in names | {speaker}:
-            record["predicate"] = persons.agree(predicate)  # "Ana | need to" → "needs to"
+        if record["subject"] in names | {speaker} and re.fullmatch(
+                r"[a-z]+(?:\s+(?:to|a|an|the|his|her|their|in|on|at|for|with|about|up|out|into)\b.*)?", predicate):
+            record["predicate"] = persons.agree(predicate)  # "Ana | need to" → "needs to" ("gate code is" stays)
     record = normalize.attach_time(record, when, turn, sentence)
     record["lang"] = "zh" if zh else "en"
     record |= slots.read(record["subject"], " ".join(record.get(f, "") for f in ("predicate", "object")).strip())
