@@ -151,7 +151,8 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
             return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
     opens_with_time = any(clause.startswith(phrase) for phrase, _ in timeparse.find(clause, "2000-01-01"))
     if ("我" in clause or opens_with_time or clause.startswith(lexicon.words("zh", "subject_openers"))
-            or re.match(r"[A-Za-z0-9]", clause)):
+            or re.match(r"[A-Za-z0-9]", clause) or slots.polarity(clause) == "ended"
+            or lexicon.alternation("zh", "changes").search(clause)):  # "西安不去了", "评审会改到周五了"
         return {"subject": speaker, "object": clause}  # gate.repair_persons names 我 where it stands
     return None  # "才周四", "她又抱回来一张奖状": about something or someone the clause does not name
     # (a clause that opens with a name of a thing, "statement_timeout 加上了", is the speaker's)

@@ -29,7 +29,9 @@ def ground(record: dict, source: str, names: set[str], *, extractive: bool = Fal
     """
     low_source = source.lower()
     name_words = {w.lower() for n in names for w in text.WORD.findall(n)} | {"user", "用户"}
-    said = " ".join(record.get(f, "") for f in ("predicate", "object"))
+    subject = record.get("subject") or ""
+    thing = re.sub(r"^.+?(?:['’]s\s+|的)", "", subject) if re.search(r"['’]s\s|的", subject) else ""
+    said = " ".join([thing, *(record.get(f, "") for f in ("predicate", "object"))])  # "Ana's Oslo trip | is off"
     said_terms = [w for w in text.terms(said) if w not in name_words]
     if not said_terms:
         return "no content"

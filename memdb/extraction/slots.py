@@ -45,6 +45,12 @@ def is_single(key: str) -> bool:
     return any(a.single for a in attributes() if a.key == base)
 
 
+def names_every_value(key: str, value: str) -> bool:
+    """Whether value is the attribute's own word ("pet", 宠物): an ending of it ends every value."""
+    every = lexicon.table("attributes").get(key, {}).get("every", ())
+    return value.strip().lower() in every
+
+
 def _pattern(phrase: str, lang: str) -> re.Pattern[str]:
     # "*" stands for one word (Chinese: a few characters), "@list" for a word of that list of
     # en.toml; the value is the span from the first such place to the last.

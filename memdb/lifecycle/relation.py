@@ -105,6 +105,8 @@ def _by_slots(new: dict, old: dict, settings: Settings) -> str | None:
     key = new.get("attribute")
     if not key or key != old.get("attribute") or owner(new) != owner(old):
         return None
+    if _changes(new):
+        return "distinct"  # "Sicily instead of Crete" names Crete, but says something else holds
     same = _same_value(new.get("value", ""), old.get("value", ""), settings)
     if same:
         return "duplicate" if new.get("polarity", "holds") == old.get("polarity", "holds") else "conflict"
@@ -128,14 +130,24 @@ def _ends(new: dict, old: dict) -> bool:
     # (before "to" / 成 / 到, which name what comes instead).
     key = new.get("attribute")
     if key and key == old.get("attribute") and new.get("polarity") == "ended":
-        return _same_value(new.get("value", ""), old.get("value", ""), Settings()) or (
-            not slots.is_single(key) and _shared(new, old))  # "豆豆送人了，没养宠物了" ends the hamster 豆豆
+        if slots.names_every_value(key, new.get("value", "")):
+            return True  # "doesn't have a pet anymore" ends the hamster
+        if _same_value(new.get("value", ""), old.get("value", ""), Settings()):
+            return True
+        if not slots.is_single(key) or _changes(new):  # "豆豆送人了，没养宠物了" ends the hamster 豆豆
+            return _shared(new, old)
+        return False
     body = codec.canonical_text(new)
     if old["kind"] == "event" and not (_PLANNED.search(f"{codec.canonical_text(old)} {old.get('when', '')}")
                                        or _same_thing(new, old)):
         return False  # what happened stays true; only a plan or a state is called off
-    changed = lexicon.alternation("zh" if text.has_cjk(body) else "en", "changes").search(body)
-    return (changed is not None or slots.polarity(body) == "ended") and _shared(new, old)
+    return (_changes(new) or slots.polarity(body) == "ended") and _shared(new, old)
+
+
+def _changes(record: dict) -> bool:
+    # "switched to", "instead of", 改成: something now stands where something else stood.
+    body = codec.canonical_text(record)
+    return lexicon.alternation("zh" if text.has_cjk(body) else "en", "changes").search(body) is not None
 
 
 def _same_thing(new: dict, old: dict) -> bool:
@@ -152,7 +164,9 @@ def _shared(ending: dict, old: dict) -> bool:
     who = owner(ending)
     line = line[len(who):] if line.lower().startswith(who) else line  # the owner's name is no topic
     # what it ends, not what comes instead: the words after "to" / 改成 up to the clause's end go
+    replaced = " ".join(re.findall(r"\binstead of ([^,;.]+)", line))  # "Sicily instead of Crete": Crete goes
     line = re.sub(r"\b(?:to|into|for)\b(?!.*\bfrom\b)[^,;.]*|(?:改成|换成|改到|改为|迁到|搬到)[^，,。；]*", " ", line)
+    line = f"{line} {replaced}"
     ours = {text.stem(t) for t in text.terms(line)} - _ENDING_STEMS - set(lexicon.words("zh", "common_words"))
     theirs = {text.stem(t) for t in text.terms(codec.canonical_text(old))} - {owner(old)}
     return bool(ours & theirs)
