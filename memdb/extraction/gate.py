@@ -237,7 +237,7 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "from a question"
     if SECOND_PERSON.search(sentence) and not FIRST_PERSON_WORDS.search(sentence) or _REACTION.search(sentence):
         return "about the listener"  # praise or feelings about the other person: theirs to tell
-    thing = re.sub(r"^.+?(?:['’]s\s+|的)", "", subject) if re.search(r"['’]s\s|的", subject) else ""
+    thing = persons.owner_and_thing(subject)[1]
     if not _concrete(f"{thing} {said}", names):  # "Ana's Oslo trip | is off": the thing is in the subject
         return "no concrete fact"
     if _OPINION.search(said) and not FIRST_PERSON_WORDS.search(sentence):

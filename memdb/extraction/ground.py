@@ -11,6 +11,7 @@ import re
 
 from .. import text
 from .prefilter import PHATIC_WORDS
+from .persons import owner_and_thing
 from .prompt import FEWSHOT_MARKERS
 
 # Latin letters and digits only: in "8月我们全家" the entity is "8", not the whole run of
@@ -29,8 +30,7 @@ def ground(record: dict, source: str, names: set[str], *, extractive: bool = Fal
     """
     low_source = source.lower()
     name_words = {w.lower() for n in names for w in text.WORD.findall(n)} | {"user", "用户"}
-    subject = record.get("subject") or ""
-    thing = re.sub(r"^.+?(?:['’]s\s+|的)", "", subject) if re.search(r"['’]s\s|的", subject) else ""
+    thing = owner_and_thing(record.get("subject") or "")[1]
     said = " ".join([thing, *(record.get(f, "") for f in ("predicate", "object"))])  # "Ana's Oslo trip | is off"
     said_terms = [w for w in text.terms(said) if w not in name_words]
     if not said_terms:

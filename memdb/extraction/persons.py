@@ -229,6 +229,16 @@ def third_person_zh(value: str, name: str, p: Pronouns, *, named: bool) -> str:
     return value
 
 
+_OWNED = re.compile(r"^(.+?)(?:['’]s\s+|的)(.+)$")
+
+
+def owner_and_thing(subject: str) -> tuple[str, str]:
+    """A subject that is someone's thing, split: "Ana's Oslo trip" → ("Ana", "Oslo trip"),
+    "林晓的团队" → ("林晓", "团队"); a plain subject → (subject, "")."""
+    m = _OWNED.match(subject or "")
+    return (m.group(1), m.group(2)) if m else (subject or "", "")
+
+
 def drop_repeated_subject(subject: str, value: str) -> str:
     """"张三 | 张三会去看看" → "会去看看": a model or a rule that put the subject in the value too."""
     stripped = value

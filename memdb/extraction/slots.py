@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from .. import text
-from . import lexicon
+from . import lexicon, persons
 
 POLARITIES = ("holds", "ended", "never")
 MAX_VALUE_WORDS = 6
@@ -87,8 +87,8 @@ def read(subject: str, body: str) -> dict:
     "favourite drink is tea" names the attribute; the polarity is that of the part of the note
     the attribute stands in ("left nursing and started a job as a pharmacist": holds)."""
     zh = text.has_cjk(body) or text.has_cjk(subject or "")
-    owned = re.match(r"^.+?(?:['’]s|的)\s*(.+)$", subject or "")
-    line = f"{owned.group(1)} {body}" if owned else body
+    thing = persons.owner_and_thing(subject)[1]
+    line = f"{thing} {body}" if thing else body
     for attribute in attributes():
         for pattern in attribute.patterns:
             if (pattern.pattern.isascii() or zh) and (m := pattern.search(line)):

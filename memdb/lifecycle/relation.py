@@ -11,7 +11,7 @@ import functools
 import re
 
 from .. import codec, text
-from ..extraction import lexicon, slots
+from ..extraction import lexicon, persons, slots
 from ..settings import Settings
 
 # Attributes that hold one value at a time: a new value replaces the old. The key of a
@@ -118,9 +118,7 @@ def _by_slots(new: dict, old: dict, settings: Settings) -> str | None:
 
 def owner(record: dict) -> str:
     """Whose note it is: the person before "'s" / "的" in its subject ("Ana's trip" → "ana")."""
-    subject = record.get("subject") or ""
-    m = re.match(r"^(.+?)(?:['’]s\b|的)", subject)
-    return _norm(m.group(1) if m else subject)
+    return _norm(persons.owner_and_thing(record.get("subject") or "")[0])
 
 
 def _ends(new: dict, old: dict) -> bool:
@@ -153,9 +151,7 @@ def _changes(record: dict) -> bool:
 def _same_thing(new: dict, old: dict) -> bool:
     # "Ana's offsite | got cancelled" and "Ana's team offsite | is on the 14th": one thing.
     def thing(record: dict) -> set[str]:
-        subject = record.get("subject") or ""
-        rest = re.sub(r"^.+?(?:['’]s\s+|的)", "", subject) if re.search(r"['’]s\s|的", subject) else ""
-        return {text.stem(t) for t in text.terms(rest)}
+        return {text.stem(t) for t in text.terms(persons.owner_and_thing(record.get("subject") or "")[1])}
     return bool(thing(new) & thing(old))
 
 
