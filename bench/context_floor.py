@@ -23,8 +23,8 @@ import memdb  # noqa: E402
 from memdb.search import relevance  # noqa: E402
 
 TURNS = [
-    ("user", "Hi! I'm Priya, I lead the data platform team."),
-    ("assistant", "Nice to meet you, Priya!"),
+    ("user", "Hi! I'm Signe, I lead the data platform team."),
+    ("assistant", "Nice to meet you, Signe!"),
     ("user", "We are migrating our pipelines from Airflow to Dagster this quarter."),
     ("assistant", "Noted! Anything else?"),
     ("user", "I'm vegetarian and allergic to peanuts."),
@@ -38,7 +38,7 @@ TURNS = [
     ("user", "The on-call rotation changes every Monday."),
 ]
 QUERIES = ["what orchestration tool do we use?", "what data warehouse do we use?", "any food allergies?",
-           "where does Priya live?", "what should I cook for Priya tonight?", "what sport does she do?",
+           "where does Signe live?", "what should I cook for Signe tonight?", "what sport does she do?",
            "what is the capital of France?", "how do I bake sourdough bread?", "zzzz qqq"]
 
 
@@ -50,10 +50,10 @@ def main() -> None:
                                                                         context_min_share=0.0)}
     with tempfile.TemporaryDirectory() as folder:
         for label, settings in runs.items():
-            with memdb.open(Path(folder) / f"{len(out['runs'])}.db", user="priya", extract="defer",
+            with memdb.open(Path(folder) / f"{len(out['runs'])}.db", user="signe", extract="defer",
                             settings=settings) as mem:
                 mem.add([{"role": role, "content": content, "ts": f"2026-05-{i + 1:02d}T09:00:00",
-                          **({"name": "Priya"} if role == "user" else {})} for i, (role, content) in enumerate(TURNS)])
+                          **({"name": "Signe"} if role == "user" else {})} for i, (role, content) in enumerate(TURNS)])
                 found = {}
                 for query in QUERIES:
                     (vector,) = mem.embedder.embed_query([query])

@@ -59,7 +59,7 @@ BATCH = 5000  # rows per write transaction
 
 EN_FIRST = """Alice Bob Carol David Emma Frank Grace Henry Isla Jack Kate Liam Maya Noah Olivia Paul
 Quinn Rosa Sam Tara Uma Victor Wendy Xavier Yara Zoe Caroline Melanie Jon Gina Nate Joanna Tim
-Audrey Andrew Deborah Evan Sam Jolene Calvin Dave Maria John James Priya Ravi Chen Mei""".split()
+Audrey Andrew Deborah Evan Sam Jolene Calvin Dave Maria John James Signe Ravi Chen Mei""".split()
 EN_LAST = """Smith Jones Brown Garcia Miller Davis Lopez Wilson Taylor Moore Clark Lewis Walker Hall
 Young King Wright Scott Green Baker Adams Nelson Hill Campbell Mitchell Roberts Carter""".split()
 ZH_NAMES = """小王 小李 小张 老刘 阿明 小红 丽丽 王芳 李娜 张伟 刘洋 陈静 杨帆 赵磊 黄蕾 周杰 吴敏 徐丽 孙浩 马超""".split()

@@ -162,7 +162,7 @@ def canonical_text(record: dict) -> str:
     parts = [record[f] for f in ("subject", "predicate", "object") if record.get(f)]
     subject, obj = record.get("subject"), record.get("object", "")
     if subject and not record.get("predicate") and any(map(is_cjk, obj)) and subject in obj:
-        parts = [obj]  # "香菜，那个味儿陈静受不了": a Chinese note names its subject where the clause does
+        parts = [obj]  # "芹菜，那个味儿苏禾受不了": a Chinese note names its subject where the clause does
     if record.get("outcome"):
         parts.append(f"({record['outcome']})")
     line = ""

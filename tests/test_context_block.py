@@ -13,8 +13,8 @@ from memdb.lifecycle import absorb
 from memdb.search import relevance
 
 TURNS = [
-    ("user", "Hi! I'm Priya, I lead the data platform team."),
-    ("assistant", "Nice to meet you, Priya!"),
+    ("user", "Hi! I'm Signe, I lead the data platform team."),
+    ("assistant", "Nice to meet you, Signe!"),
     ("user", "We are migrating our pipelines from Airflow to Dagster this quarter."),
     ("assistant", "Noted! Anything else?"),
     ("user", "I'm vegetarian and allergic to peanuts."),
@@ -31,40 +31,40 @@ PLEASANTRIES = {content for role, content in TURNS if role == "assistant"}
 
 
 @pytest.fixture(scope="module")
-def priya(tmp_path_factory, cache):
-    """Priya's turns, stored with the default embedder (no extraction: turns only)."""
-    path = tmp_path_factory.mktemp("ctx") / "priya.db"
-    with memdb.open(path, user="priya", extract="defer") as mem:
+def signe(tmp_path_factory, cache):
+    """Signe's turns, stored with the default embedder (no extraction: turns only)."""
+    path = tmp_path_factory.mktemp("ctx") / "signe.db"
+    with memdb.open(path, user="signe", extract="defer") as mem:
         mem.add([{"role": role, "content": content, "ts": f"2026-05-{i + 1:02d}T09:00:00",
-                  **({"name": "Priya"} if role == "user" else {})} for i, (role, content) in enumerate(TURNS)])
+                  **({"name": "Signe"} if role == "user" else {})} for i, (role, content) in enumerate(TURNS)])
         yield mem
 
 
-def test_a_loose_but_real_match_is_found(priya):
-    found = [h.text for h in priya.search("what orchestration tool do we use?", k=10)]
+def test_a_loose_but_real_match_is_found(signe):
+    found = [h.text for h in signe.search("what orchestration tool do we use?", k=10)]
     assert "We are migrating our pipelines from Airflow to Dagster this quarter." in found
 
 
-def test_nonsense_finds_nothing_and_gets_no_block(priya):
-    assert ([], "") == (priya.search("zzzz qqq"), priya.context("zzzz qqq"))
+def test_nonsense_finds_nothing_and_gets_no_block(signe):
+    assert ([], "") == (signe.search("zzzz qqq"), signe.context("zzzz qqq"))
 
 
-def test_the_assistants_pleasantries_are_never_hits_nor_context(priya):
-    for query in ("nice to meet you", "anything else?", "what should I cook for Priya tonight?", "加油"):
-        assert not PLEASANTRIES & {h.text for h in priya.search(query, k=20)}
-        assert not any(p in priya.context(query, budget=1000) for p in PLEASANTRIES)
+def test_the_assistants_pleasantries_are_never_hits_nor_context(signe):
+    for query in ("nice to meet you", "anything else?", "what should I cook for Signe tonight?", "加油"):
+        assert not PLEASANTRIES & {h.text for h in signe.search(query, k=20)}
+        assert not any(p in signe.context(query, budget=1000) for p in PLEASANTRIES)
 
 
-def test_a_clear_answer_is_not_padded_to_the_budget(priya):
-    header, *lines = priya.context("what data warehouse do we use?", budget=1000).splitlines()
-    assert priya.settings.context_header == header
-    assert "2026-05-08 · Priya: Our warehouse is Snowflake, and dbt runs the transformations." == lines[0]
+def test_a_clear_answer_is_not_padded_to_the_budget(signe):
+    header, *lines = signe.context("what data warehouse do we use?", budget=1000).splitlines()
+    assert signe.settings.context_header == header
+    assert "2026-05-08 · Signe: Our warehouse is Snowflake, and dbt runs the transformations." == lines[0]
     assert len(lines) < len([t for t in TURNS if t[0] == "user"]) // 2
 
 
-def test_the_floor_is_measured_from_the_querys_own_baseline(priya):
-    nonsense, question = priya.embedder.embed_query(["zzzz qqq", "what orchestration tool do we use?"])
-    assert relevance.baseline(priya.embedder, nonsense) > relevance.baseline(priya.embedder, question) + 0.02
+def test_the_floor_is_measured_from_the_querys_own_baseline(signe):
+    nonsense, question = signe.embedder.embed_query(["zzzz qqq", "what orchestration tool do we use?"])
+    assert relevance.baseline(signe.embedder, nonsense) > relevance.baseline(signe.embedder, question) + 0.02
 
 
 @pytest.mark.parametrize("role, content, expected", [
