@@ -167,7 +167,7 @@ def canonical_text(record: dict) -> str:
         parts.append(f"({record['outcome']})")
     line = ""
     for part in parts:
-        if line and not (is_cjk(line[-1]) and is_cjk(part[0])):
+        if line and not is_cjk(part[0]):  # "Alice喜欢" as Chinese writes a name; "是 PostgreSQL" keeps its space
             line += " "
         line += part
     return line

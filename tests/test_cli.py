@@ -98,7 +98,7 @@ def test_export_pairs_gives_each_extracted_turn_its_context_and_atoms(tmp_path, 
     assert 0 == code
     assert [m["content"] for m in said] == [p["turn"]["content"] for p in pairs]
     assert [[], [1], [1, 2]] == [[c["id"] for c in p["context"]] for p in pairs]
-    assert [["Alice 数据库是 PostgreSQL"], [], []] == [[a["text"] for a in p["atoms"]] for p in pairs]
+    assert [["Alice数据库是 PostgreSQL"], [], []] == [[a["text"] for a in p["atoms"]] for p in pairs]
 
 
 # ---------------------------------------------------------------- rough edges a new user hits (issues 15, 16)
