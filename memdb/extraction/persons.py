@@ -79,7 +79,7 @@ _ASKED_LOCK = threading.Lock()
 
 # ---------------------------------------------------------------- English
 
-_NOT_PRESENT = re.compile(r"(?:\w+ed|can|could|will|would|should|must|might|may|am|is|has|does|was|were|had|did|got|"
+_NOT_PRESENT = re.compile(r"(?:\w+[^e]ed|can|could|will|would|should|must|might|may|am|is|has|does|was|were|had|did|got|"
                           r"went|made|took|saw|met|ran|won|lost|found|gave|told|came|left|bought|thought|felt|sold|"
                           r"kept|said|spent|began|became|brought|built|caught|drove|flew|grew|heard|held|paid|put|"
                           r"read|sent|set|taught|wrote|quit|let|cut|hit|shut|hurt|cost|chose|wore|ate|drank|swam|sang|"
