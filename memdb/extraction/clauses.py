@@ -21,8 +21,6 @@ _FILLER = re.compile(
     r"^(?:(?:yeah|yes|yep|oh|wow|well|so|also|anyway|btw|by the way|actually|haha|lol|hey|hi|thanks|thank you|"
     r"totally|cool|great|nice|sure|ok|okay|and|but|plus|oh and|good tip|nice)\b[\s,!.:–-]*)+", re.I)
 _VOCATIVE = re.compile(r"^[A-Z][a-z]+,\s*|,\s*[A-Z][a-z]+$")  # "Bea, ..." / "..., Rosalind"
-_ZH_FILLER = re.compile(r"^(?:哈哈+|嗯+|对了|另外|还有|其实|说实话|不过|然后|所以|好的|好嘞|跟你说|跟你讲个八卦|"
-                        r"(?:有|对|是的|没错|可以|行)(?=[，,]))[，,、：:\s]*")
 _CLAUSE = re.compile(r"\s*(?:;|:|—|–| - |, but |, and |, so |, which | but | and then | and (?=it |it's |that |this )"
                      r"|,\s+(?=(?:I|I'm|I've|I'll|I'd|my|My|we|We|we're|We're)\b))\s*")
 _ZH_SENTENCE = re.compile(r"[^。！？!?；;\n]+")
@@ -80,7 +78,7 @@ def _clauses(content: str, zh: bool) -> list[str]:
     if zh:
         out = []
         for sentence in _ZH_SENTENCE.findall(content):
-            sentence = _ZH_FILLER.sub("", sentence.strip(" ，,"))
+            sentence = _zh_opener_free(sentence.strip(" ，,"))
             out += _cut(sentence, MAX_CLAUSE_CHARS["zh"], "，")
         return [c for c in out if c]
     out = []
@@ -90,6 +88,13 @@ def _clauses(content: str, zh: bool) -> list[str]:
             part = _VOCATIVE.sub("", part)
             out += _cut(part, MAX_CLAUSE_CHARS["en"], ", ")
     return [c for c in out if c]
+
+
+def _zh_opener_free(sentence: str) -> str:
+    # "说实话，…", "还是老规矩—…": words that open a Chinese sentence and carry nothing (zh.toml: openers).
+    openers = "|".join(map(re.escape, lexicon.words("zh", "openers")))
+    answers = "|".join(map(re.escape, lexicon.words("zh", "answers")))
+    return re.sub(rf"^(?:(?:{openers})[，,、：:—\s]*|(?:{answers})[，,]\s*)+", "", sentence)
 
 
 def _aside_kept(parts: list[str]) -> list[str]:
