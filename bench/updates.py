@@ -42,7 +42,6 @@ import platform
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
+from bench.atom_quality import code_version  # noqa: E402
 
 PAIRS = ROOT / "bench" / "updates_pairs.json"
 CASES = ("supersede", "coexist", "restated")
@@ -235,17 +235,6 @@ def summary(results: list[dict]) -> dict:
         patterns = Counter(reason for r in of_case if not r["pass"] for reason in r["reasons"])
         by["failure_patterns"][case] = dict(patterns.most_common())
     return by
-
-
-def code_version() -> dict:
-    """Which memdb ran: its folder and the repository commit (+dirty when memdb/ has changes)."""
-    git = ["git", "-C", str(ROOT)]
-    try:
-        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run([*git, "status", "--porcelain", "--", "memdb"], capture_output=True, text=True).stdout
-    except OSError:
-        commit, dirty = "", ""
-    return {"memdb": str(Path(memdb.__file__).parent), "commit": (commit + "+dirty" * bool(dirty)) or None}
 
 
 def load_models(args: argparse.Namespace) -> tuple[Any, Any, float]:

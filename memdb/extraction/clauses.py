@@ -186,7 +186,7 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     for name in others:
         if clause.startswith(name + " "):
             return {"subject": name, "object": clause[len(name) + 1:]}
-    own = re.match(r"^(?:my|our)\s+((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+(?=(?:%s|[a-z]+(?<!s)s|[a-z]+ed)\b)(.+)$" % _VERBS,
+    own = re.match(r"^(?:my|our)\s+((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+(?=(?:%s|[a-z]+(?<!s)s|[a-z]+ed)\b)(.+)$" % _verbs(),
                    clause, re.I)
     if own:  # "my sister's wedding is in June" → "Ana's sister's wedding | is in June"
         return {"subject": f"{speaker}'s {own.group(1)}", **_verb_and_rest(own.group(2))}
@@ -199,7 +199,7 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     if rule and not persons.FIRST_PERSON.search(clause) and not re.search(r"\b(?:it|this|that|had|was)\b", clause, re.I):
         # "No hosted APIs, no pasting rows into web tools": a rule, and whose it is
         return {"subject": f"{speaker}'s rule:", "object": clause[:1].lower() + clause[1:]}
-    thing = re.match(r"^((?:[\w'-]+\s+){0,4}?[\w'-]+)\s+(?=(?:%s)\b)(.+)$" % _VERBS, clause, re.I)
+    thing = re.match(r"^((?:[\w'-]+\s+){0,4}?[\w'-]+)\s+(?=(?:%s)\b)(.+)$" % _verbs(), clause, re.I)
     if thing and (rule or _ENTITY.search(clause) or timeparse.find(thing.group(2), "2000-01-01")
                   or slots.polarity(thing.group(2)) == "ended"):
         # "The offsite is on June 4", "The Crete trip is off", "Anything with client data stays
@@ -215,10 +215,11 @@ _IS_MINE = re.compile(r"^((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+(?:is|are)\s+(?:pretty 
                       re.I)
 # "my partner Emil and I are …": the speaker and someone of theirs, the speaker's name first.
 _WITH_ME = re.compile(r"^(?:my|our)\s+((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+and\s+(?:I|me)\s+(.+)$", re.I)
-# Verbs that end a noun phrase ("my sister's wedding | is …").
-_VERBS = ("is|are|was|were|has|have|had|will|would|can|could|must|should|can't|cannot|won't|doesn't|isn't|got|gets|moved|"
-          "keeps|kept|loves?|likes?|hates?|wants?|needs?|lives?|works?|moved|just|also|still|never|always|started|"
-          "stopped|turned|went|goes|stays|comes|runs|takes|costs|starts|ends|plays?|made|says|said|seems|looks")
+
+
+def _verbs() -> str:
+    # The verbs that end a noun phrase at the front of a clause (en.toml: phrase_verbs), as one alternation.
+    return "|".join(map(re.escape, lexicon.words("en", "phrase_verbs")))
 
 
 def _we_verb(clause: str) -> str:

@@ -25,7 +25,7 @@ from .. import codec, text
 from ..errors import InvalidInput, ModelError
 from ..models.protocols import LLM
 from ..settings import Settings
-from . import clauses, gate, normalize, persons, slots
+from . import clauses, gate, lexicon, normalize, persons, slots
 from .ground import ground
 from .parse import parse_output
 from .prefilter import FIRST_PERSON_WORDS, prefilter
@@ -35,9 +35,6 @@ from .records import Candidate, Outcome, Turn
 log = logging.getLogger("memdb")
 
 Pronouns_of = Callable[[str], persons.Pronouns]
-# Predicates that only report speech: the note is what was said.
-_REPORTING = re.compile(r"(?:says?|said|mentions?|mentioned|tells?|told|notes?|noted|states?|stated|"
-                        r"explains?|explained|adds?|added|writes?|wrote|说|提到|表示)", re.I)
 
 MAX_FILLED_PER_TURN = 3  # notes taken from the turn's words where the model wrote none
 MAX_NOTES_PER_TURN = 5  # the model's and those together
@@ -200,7 +197,8 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
     for part in ("subject", "predicate", "object", "outcome"):
         if atom.get(part):
             record[part] = atom[part]
-    if _REPORTING.fullmatch(record.get("predicate", "").strip()) and record.get("object"):
+    reporting = {*lexicon.words("en", "reporting_verbs"), *lexicon.words("zh", "reporting_verbs")}
+    if record.get("predicate", "").strip().lower() in reporting and record.get("object"):
         # "Ana | says | I sold my car": what was said is the note, not that it was said.
         del record["predicate"]
         said = re.sub(r"^that\s+", "", persons.discourse_free(record["object"]), flags=re.I)

@@ -163,14 +163,10 @@ def _shared(ending: dict, old: dict) -> bool:
     replaced = " ".join(re.findall(r"\binstead of ([^,;.]+)", line))  # "Sicily instead of Crete": Crete goes
     line = re.sub(r"\b(?:to|into|for)\b(?!.*\bfrom\b)[^,;.]*|(?:改成|换成|改到|改为|迁到|搬到)[^，,。；]*", " ", line)
     line = f"{line} {replaced}"
-    ours = {text.stem(t) for t in text.terms(line)} - _ENDING_STEMS - set(lexicon.words("zh", "common_words"))
+    ending = {text.stem(w) for w in lexicon.words("en", "ending_words")} | set(lexicon.words("zh", "common_words"))
+    ours = {text.stem(t) for t in text.terms(line)} - ending
     theirs = {text.stem(t) for t in text.terms(codec.canonical_text(old))} - {owner(old)}
     return bool(ours & theirs)
-
-
-_ENDING_STEMS = frozenset(text.stem(w) for w in ("stopped", "quit", "cancelled", "canceled", "off", "longer", "anymore",
-                                                  "switched", "moved", "changed", "instead", "gone", "gave", "left",
-                                                  "sold", "now", "no", "not", "don't", "doesn't", "again"))
 
 
 def _same_value(a: str, b: str, settings: Settings) -> bool:
