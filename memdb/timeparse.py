@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
 
-__all__ = ["find", "resolve", "to_date"]
+__all__ = ["find", "resolve", "to_date", "zh_words"]
 
 _WEEKDAYS = {
     "monday": 0, "mon": 0, "tuesday": 1, "tue": 1, "tues": 1, "wednesday": 2, "wed": 2,
@@ -443,3 +443,20 @@ def resolve(expression: str, ref: str | date | datetime, future: bool | None = N
     """
     hits = _scan(expression or "", _ref(ref, future))
     return hits[0][2] if hits else None
+
+
+# Chinese phrases whose meaning moves with the day they are said (上周三, 明年, 今晚): a note
+# keeps them as the date they named. Phrases that name their date already (8月, 国庆) stay.
+_ZH_RELATIVE = re.compile(r"^(?:上|下|这|本|今|明|昨|前|后|去|来|大前|大后)")
+_ZH_PART_OF_DAY = {"晚": "晚上", "早": "早上"}
+
+
+def zh_words(phrase: str, iso: str) -> str:
+    """A relative Chinese time phrase written as the date it named ("上周三" said on 2026-09-30 →
+    "2026年9月23日"); any other phrase as it is."""
+    if not _ZH_RELATIVE.match(phrase) or not re.fullmatch(r"\d{4}(?:-\d{2}(?:-\d{2})?)?", iso):
+        return phrase
+    parts = [int(x) for x in iso.split("-")]
+    written = "".join(f"{n}{unit}" for n, unit in zip(parts, "年月日"))
+    return written + _ZH_PART_OF_DAY.get(phrase[-1], "")
+

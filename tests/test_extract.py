@@ -397,7 +397,7 @@ def test_a_time_phrase_left_in_the_object_moves_to_when():
 
 def test_a_last_slot_that_is_no_time_goes_back_into_the_object():
     candidates, _ = model_only([turn(1, "I'm off to go swimming with the kids.")],
-                                    FakeLLM(reply("Rosalind | going | swimming with | the kids")))
+                                    FakeLLM(reply("Rosalind | is going | swimming with | the kids")))
     assert ("swimming with the kids", None) == (candidates[0].record["object"], candidates[0].record.get("when"))
 
 
@@ -689,7 +689,7 @@ def test_a_person_named_mid_sentence_is_the_subject_of_what_the_turn_says_of_the
 def test_a_chinese_she_after_a_named_person_is_that_person():
     source = turn(1, "晚上一般不喝了，要陪豆豆。她是我女儿，今年6岁，这学期刚上一年级。", speaker="林晓", ts="2026-09-02T20:00:00")
     candidates, _ = extract.extract([source], FakeLLM(reply()))
-    assert ("豆豆", "豆豆是林晓女儿，6岁，这学期刚上一年级") in [  # "今年" is the note's time, not its text
+    assert ("豆豆", "豆豆是林晓的女儿，6岁，这学期刚上一年级") in [  # "今年" is the note's time, not its text
         (c.record["subject"], codec.canonical_text(c.record)) for c in candidates]
 
 
@@ -766,7 +766,7 @@ def test_a_chinese_line_glued_from_words_the_turn_never_said_gives_way_to_the_tu
     llm = FakeLLM(reply("林晓 | 希望在青岛画个够， | 希望在杭州出差 | 8月"))
     candidates, outcomes = extract.extract([source], llm, settings=Settings(extract_rules_cover=1.0))
     assert "not the turn's words" in outcomes[1].dropped
-    assert ("林晓全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画", "2026-08") in [
+    assert ("8月林晓全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画", "2026-08") in [
         (codec.canonical_text(c.record), c.record.get("date")) for c in candidates]
 
 

@@ -29,13 +29,14 @@ def test_first_person_in_a_note_about_someone_else_names_the_speaker_once():
 @pytest.mark.parametrize("value, named, expected", [
     ("我下周要去成都出差", True, "下周要去成都出差"),
     ("十月中旬我要去成都出差", True, "十月中旬要去成都出差"),
-    ("我和我的女儿去了自我介绍会", True, "和她的女儿去了自我介绍会"),
+    ("我和我的女儿去了自我介绍会", True, "和苏禾的女儿去了自我介绍会"),
+    ("我师父下个月退休，之后排班归我管", False, "苏禾的师父下个月退休，之后排班归苏禾管"),
     ("我们全家去了海边", True, "全家去了海边"),
     ("今天我们后端改用 Rust 了", False, "今天苏禾的团队后端改用 Rust 了"),
     ("她送了我一条迷你裙", False, "她送了苏禾一条迷你裙"),
 ])
 def test_chinese_i_is_rewritten_only_as_a_word(value, named, expected):
-    assert expected == persons.third_person_zh(value, "苏禾", SHE, named=named)
+    assert expected == persons.third_person_zh(value, "苏禾", named=named)
 
 
 @pytest.mark.parametrize("clause, expected", [
@@ -105,3 +106,56 @@ def test_every_word_list_the_code_asks_for_is_a_top_level_list():
     asked = {found for path in [*package.glob("extraction/*.py"), *package.glob("lifecycle/*.py")]
              for found in regex.findall(r'lexicon\.(?:words|alternation)\("(en|zh)", "(\w+)"\)', path.read_text())}
     assert asked and all(isinstance(lexicon.table(lang).get(name), list) for lang, name in asked), sorted(asked)
+
+
+@pytest.mark.parametrize("predicate, obj, expected", [
+    ("everything", "Home is everything", "no verb"),
+    ("warmth and patience", "the pupils she teaches", "no verb"),
+    ("knitting", "a calm way to unwind", "no verb"),
+    ("shares a photo of", "a harbour at dusk", "a picture's caption"),
+    ("is thrilled", "Good luck!']}", "chat left in"),
+    ("doesn't eat", "pork", None),
+    ("move to", "Lisbon", None),
+    ("rebuilt", "the shed they bought last spring", None),
+    ("found", "the flat that they wanted", None),
+    ("teaches", "the pupils she met at camp", None),
+])
+def test_a_model_fragment_is_no_note(predicate, obj, expected):
+    from memdb.extraction import gate
+    assert expected == gate.model_fragment({"subject": "Wren", "predicate": predicate, "object": obj})
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("所以你给我写脚本千万别用 Python 2 哈", ""),                 # a request to the assistant
+    ("你帮我看看这个索引怎么建", ""),
+    ("分区表这个思路可以", ""),                                     # a verdict on its answer
+    ("读写分离这个好，苏禾的团队本来就有两个从库", "苏禾的团队本来就有两个从库"),
+    ("苏禾2027年就40了哈哈", "苏禾2027年就40了"),                   # laughter trailing a fact
+    ("帮我记一下：周六上午小满有游泳课", "周六上午小满有游泳课"),   # the request goes, the fact stays
+])
+def test_chinese_requests_verdicts_and_laughter_are_cut(said, expected):
+    from memdb.extraction import gate
+    assert expected == gate.trim_zh(said, "苏禾")
+
+
+@pytest.mark.parametrize("phrase, iso, expected", [
+    ("上周三", "2026-09-23", "2026年9月23日"),
+    ("下个月", "2026-10", "2026年10月"),
+    ("明年", "2027", "2027年"),
+    ("昨晚", "2026-09-29", "2026年9月29日晚上"),
+    ("8月", "2026-08", "8月"),         # names its date already
+    ("国庆", "2026-10", "国庆"),
+])
+def test_a_relative_chinese_time_is_written_as_its_date(phrase, iso, expected):
+    from memdb import timeparse
+    assert expected == timeparse.zh_words(phrase, iso)
+
+
+def test_a_chinese_note_keeps_its_time_where_it_was_said():
+    from memdb.extraction import extract
+    from memdb.extraction.records import Turn
+    source = Turn(id=1, user="u", session="s1", role="user", speaker="苏禾",
+                  content="我师父下个月底正式退休，之后车间的排班就归我管了。", ts="2026-09-30T09:00:00")
+    texts = [codec.canonical_text(c.record) for c in extract.extract([source], None)[0]]
+    assert any("2026年10月底" in t for t in texts), texts
+    assert not any(t.startswith("底") or "底正式" in t.replace("10月底正式", "") for t in texts), texts

@@ -242,9 +242,10 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
     if why:
         return None, why
     if not extractive and not zh:
-        predicate = record.get("predicate", "").strip()
-        if not predicate or not re.match(r"[a-z]", predicate):
-            return None, "no verb"  # "Ana | | colors blend nicely": a small model's fragment, not a note
+        why = gate.model_fragment(record)
+        if why:
+            return None, why
+        predicate = record["predicate"].strip()
         if record["subject"] in names | {speaker} and re.fullmatch(
                 r"[a-z]+(?:\s+(?:to|a|an|the|his|her|their|in|on|at|for|with|about|up|out|into)\b.*)?", predicate):
             record["predicate"] = persons.agree(predicate)  # "Ana | need to" → "needs to" ("gate code is" stays)

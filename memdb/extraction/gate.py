@@ -101,7 +101,7 @@ def repair_persons(record: dict, speaker: str, listener: str | None, zh: bool,
             value = _unglued(record[part])
             if persons.FIRST_PERSON.search(value):
                 if zh or text.has_cjk(value):  # the name where the clause says 我 (codec then shows it there)
-                    value = persons.third_person_zh(value, speaker, pronouns(speaker),
+                    value = persons.third_person_zh(value, speaker,
                                                     named=named and part != "object" or speaker in value)
                 else:
                     value = persons.third_person_en(value, speaker, pronouns(speaker), named=named)
@@ -160,9 +160,16 @@ _ZH_CLAUSE = re.compile(r"([^，,。！？!?；;～~…：:—\U0001F000-\U0001F
 _ZH_SMALL_TALK = re.compile(
     r"^(?:你好|您好|嗨|哈喽|早安?|早上好|中午好|下午好|晚上好|晚安|好[啦了的嘞呀吧](?:我.*)?|嗯+|哦+|啊+|唉|哎|哈哈+|嘿嘿|嘻嘻)$"
     r"|谢谢|多谢|感谢|回头聊|回头见|下次聊|先这样|拜拜|再见"
-    r"|^(?:帮|替|给)我(?:看|写|想|查|改|找|整理|过一遍|记|提醒|推荐)|^帮忙|问(?:你)?(?:个|一下)|^(?:最后)?一个问题"
     r"|^(?:说正事|言归正传|跟你说|跟你讲|说到\S{1,4}$)|^(?:说得|有道理|好主意|原来如此)|^感觉|^就是这[条个]$"
     r"|^我?(?:叫|是)我$")
+
+
+def _zh_request_or_verdict(clause: str) -> bool:
+    # "你帮我看看…", "所以你给我写代码…": a request to the assistant; "这个思路可以": a verdict on
+    # its answer (lexicon/zh.toml: request_leads, requests, verdicts).
+    leads = lexicon.alternation("zh", "request_leads").pattern
+    return bool(re.match(rf"(?:{leads})?(?:{lexicon.alternation('zh', 'requests').pattern})", clause)
+                or re.search(rf"(?:{lexicon.alternation('zh', 'verdicts').pattern})$", clause))
 
 
 def trim_zh(value: str, speaker: str) -> str:
@@ -171,8 +178,10 @@ def trim_zh(value: str, speaker: str) -> str:
     for clause, sep in _ZH_CLAUSE.findall(value):
         clause = clause.strip()
         probe = clause.replace(speaker, "我")
+        clause = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", clause)
+        probe = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", probe)
         asks = "？" in sep or "?" in sep or probe.endswith(("吗", "咋办", "怎么办"))
-        if asks or _ZH_SMALL_TALK.search(probe) or _small_talk_zh(probe):
+        if asks or _ZH_SMALL_TALK.search(probe) or _small_talk_zh(probe) or _zh_request_or_verdict(probe):
             continue
         sep = re.sub(r"[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]", "", sep)
         kept.append(clause + (sep[:1] or ("，" if text.has_cjk(clause) else " ")))
@@ -211,6 +220,31 @@ def addressed(record: dict, listener: str | None) -> bool:
     would otherwise blame the words)."""
     said = " ".join(record.get(f, "") for f in ("predicate", "object"))
     return listener is None and SECOND_PERSON.search(said) is not None
+
+
+def model_fragment(record: dict) -> str | None:
+    """Why an English note a model wrote is a fragment rather than a sentence, or None.
+
+    A small model fills the slots with pieces of the turn: a predicate that is no verb ("Ana |
+    everything | Family is everything"), chat punctuation and code left in ("… Good luck!']}"),
+    a picture's caption ("shares a photo of | a lake"). The rules' notes never come here."""
+    predicate = record.get("predicate", "").strip()
+    said = f"{predicate} {record.get('object', '')}"
+    if not predicate or not re.match(r"[a-z]", predicate):
+        return "no verb"
+    if re.search(r"[!?…`{}\[\]|]|\.\.\.", said):
+        return "chat left in"
+    if lexicon.alternation("en", "media_shares").match(predicate):
+        return "a picture's caption"
+    first = re.sub(rf"^(?:(?:{lexicon.alternation('en', 'auxiliaries').pattern})\s+)+", "", predicate + " ", flags=re.I)
+    word = predicate.split()[0].lower()
+    if first != predicate + " " or "n't" in word:
+        return None  # "is moving to", "has been", "just launched", "doesn't like"
+    if word in lexicon.words("en", "past_forms") or re.fullmatch(r"[a-z]+(?:ed|[^s'u]s)", word):
+        return None  # "went", "painted", "loves"
+    if word.endswith("ing") or word in lexicon.words("en", "not_verbs") or " and " in predicate:
+        return "no verb"  # "painting | a fun way", "everything | …", "empathy and understanding | …"
+    return None  # a verb as the model wrote it ("move to"): persons.agree() makes it agree
 
 
 def judge(record: dict, sentence: str, names: set[str]) -> str | None:

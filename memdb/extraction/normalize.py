@@ -150,11 +150,22 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
     said: list[str] = []
     for part in ("object", "predicate"):
         value = record.get(part, "")
-        for phrase, _ in timeparse.find(value, turn.ts):
+        for phrase, iso in timeparse.find(value, turn.ts, future):
+            if text.has_cjk(phrase):
+                # Chinese has no word gaps to cut at ("下个月底" less "下个月" is "底"): a phrase the
+                # turn said stays where it was said, as the date it named ("明年就35了" → "2027年
+                # 就35了"), unless it names the note's own day or year (今天, 今年: the note's date
+                # says it); one the turn never said goes.
+                if phrase in turn.content:
+                    said.append(phrase)
+                written = timeparse.zh_words(phrase, iso) if phrase in turn.content else ""
+                if written != phrase and iso == turn.ts[: len(iso)]:
+                    written = ""
+                value = record[part] = value.replace(phrase, written, 1).strip(" ，,")
+                continue
             if len(value) > len(phrase) + 2:
-                gap = "" if text.has_cjk(phrase) else " "  # no spaces inside Chinese
                 # "on March 20" goes whole: a preposition left behind reads as a cut ("flying on for a week")
-                cut = re.sub(rf"(?:\b(?:on|in|at|by|from|until|since|for)\s+)?{re.escape(phrase)}", gap, value, count=1, flags=re.I)
+                cut = re.sub(rf"(?:\b(?:on|in|at|by|from|until|since|for)\s+)?{re.escape(phrase)}", " ", value, count=1, flags=re.I)
                 value = record[part] = " ".join(cut.split()).strip(" ,，")
             elif part == "predicate":
                 continue  # the whole predicate a time ("is | since March"): nothing to read without it

@@ -193,10 +193,10 @@ def we_are(clause: str, name: str) -> str:
 
 # ---------------------------------------------------------------- Chinese
 
-def third_person_zh(value: str, name: str, p: Pronouns, *, named: bool) -> str:
+def third_person_zh(value: str, name: str, *, named: bool) -> str:
     """我 as a word (not inside 自我 or 迷你) as the speaker seen from outside: dropped where it
-    opens a note whose subject is the speaker already, the name at its first mention, 他/她
-    after it; 我们 → the speaker's team when the clause speaks of work, else the speaker."""
+    opens a note whose subject is the speaker already, else the name (我师父 → 苏禾的师父);
+    我们 → the speaker's team when the clause speaks of work, else the speaker."""
     keep = lexicon.words("zh", "not_pronoun")
     for i, word in enumerate(keep):
         value = value.replace(word, f"\x00{i}\x01")
@@ -213,15 +213,17 @@ def third_person_zh(value: str, name: str, p: Pronouns, *, named: bool) -> str:
         word = m.group(0)
         if word.startswith("我们"):
             if re.match(r"团队|组|公司|部门|家", value[m.end():]):  # 我们团队 → 罗婷的团队
-                return f"{name}的" if not mentioned else p.zh + "们的"
+                return f"{name}的"
             if mentioned and group == name:
                 return word[2:]
             mentioned = mentioned or group == name
             return group + word[2:]
-        if not mentioned:
-            mentioned = True
-            return name + word[1:]
-        return p.zh + word[1:]
+        mentioned = True
+        # The name again, not 他/她: Chinese notes repeat a name without sounding odd, and a
+        # pronoun after a second person ("师父…归他管") would point at the wrong one.
+        if word == "我" and re.match(lexicon.alternation("zh", "relations").pattern, value[m.end():]):
+            return name + "的"  # 我师父 → 苏禾的师父
+        return name + word[1:]
 
     value = re.sub(r"我们的?|我的|我", person, value)
     for i, word in enumerate(keep):
