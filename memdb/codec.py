@@ -8,6 +8,7 @@ and it is rendered as one short canonical line that is indexed, embedded and sho
 from __future__ import annotations
 
 import logging
+import re
 
 import msgpack
 
@@ -161,13 +162,18 @@ def canonical_text(record: dict) -> str:
     """
     parts = [record[f] for f in ("subject", "predicate", "object") if record.get(f)]
     subject, obj = record.get("subject"), record.get("object", "")
-    if subject and not record.get("predicate") and any(map(is_cjk, obj)) and subject in obj:
-        parts = [obj]  # "芹菜，那个味儿苏禾受不了": a Chinese note names its subject where the clause does
+    lead = re.split("[，,]", obj)
+    if subject and not record.get("predicate") and any(map(is_cjk, obj)) and (
+            subject in lead[0] or len(lead[0]) <= 4 and subject in "".join(lead[1:2])):
+        # "芹菜，那个味儿苏禾受不了": a Chinese note names its subject where the clause does, in
+        # its first part or after a topic; a name further on is someone acted on ("…让苏禾戒了")
+        parts = [obj]
     if record.get("outcome"):
         parts.append(f"({record['outcome']})")
     line = ""
     for part in parts:
-        if line and not is_cjk(part[0]):  # "Alice喜欢" as Chinese writes a name; "是 PostgreSQL" keeps its space
+        # "Alice喜欢" as Chinese writes a name; "是 PostgreSQL" keeps its space; "苏禾2027年" none
+        if line and not is_cjk(part[0]) and not (is_cjk(line[-1]) and part[0].isdigit()):
             line += " "
         line += part
     return line

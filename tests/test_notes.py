@@ -112,7 +112,6 @@ def test_every_word_list_the_code_asks_for_is_a_top_level_list():
     ("everything", "Home is everything", "no verb"),
     ("warmth and patience", "the pupils she teaches", "no verb"),
     ("knitting", "a calm way to unwind", "no verb"),
-    ("shares a photo of", "a harbour at dusk", "a picture's caption"),
     ("is thrilled", "Good luck!']}", "chat left in"),
     ("doesn't eat", "pork", None),
     ("move to", "Lisbon", None),
@@ -159,3 +158,39 @@ def test_a_chinese_note_keeps_its_time_where_it_was_said():
     texts = [codec.canonical_text(c.record) for c in extract.extract([source], None)[0]]
     assert any("2026年10月底" in t for t in texts), texts
     assert not any(t.startswith("底") or "底正式" in t.replace("10月底正式", "") for t in texts), texts
+
+
+@pytest.mark.parametrize("predicate, obj, expected", [
+    ("painted", "that harbour at dawn", "a harbour at dawn"),
+    ("restored", "this old piano", "an old piano"),
+    ("planted", "those tulips", "tulips"),
+    ("is starting to realize", "that rest matters", "that rest matters"),  # what is thought
+    ("moved", "this week", "this week"),                                    # a time
+])
+def test_an_object_pointing_into_the_chat_is_said_to_someone_who_was_not_there(predicate, obj, expected):
+    assert expected == persons.indefinite(predicate, obj)
+
+
+@pytest.mark.parametrize("clause, expected", [
+    ("周末一般去钓鱼", True),                  # the speaker left out, as chat does
+    ("昨晚一般不吃夜宵", True),
+    ("今晚红烧肉，记得不放葱", False),          # past the time words: a dish, not the speaker
+    ("下周二下午小满有钢琴课", False),          # someone the clause does not name as the speaker
+    ("我对芒果过敏", True),
+    ("成都不去了", True),                      # an ending
+    ("才周二", False),
+])
+def test_a_chinese_clause_is_the_speakers_only_when_it_reads_so(clause, expected):
+    from memdb.extraction import clauses
+    assert expected == clauses.speaker_says_zh(clause)
+
+
+@pytest.mark.parametrize("record, expected", [
+    ({"subject": "苏禾", "object": "2027年就40了"}, "苏禾2027年就40了"),
+    ({"subject": "Wren", "object": "2027年就40了"}, "Wren 2027年就40了"),
+    ({"subject": "苏禾", "object": "2026年10月8日去看了牙，医生让苏禾把糖戒了"},
+     "苏禾2026年10月8日去看了牙，医生让苏禾把糖戒了"),   # a name further on acts on the subject
+    ({"subject": "苏禾", "object": "芹菜，那个味儿苏禾受不了"}, "芹菜，那个味儿苏禾受不了"),
+])
+def test_a_chinese_note_names_its_subject_once_and_in_front(record, expected):
+    assert expected == codec.canonical_text(record)

@@ -154,13 +154,30 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
     for name in others:
         if clause.startswith(name):
             return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
-    opens_with_time = any(clause.startswith(phrase) for phrase, _ in timeparse.find(clause, "2000-01-01"))
-    if ("我" in clause or opens_with_time or clause.startswith(lexicon.words("zh", "subject_openers"))
-            or re.match(r"[A-Za-z0-9]", clause) or slots.polarity(clause) == "ended"
-            or lexicon.alternation("zh", "changes").search(clause)):  # "西安不去了", "评审会改到周五了"
+    if speaker_says_zh(clause):
         return {"subject": speaker, "object": clause}  # gate.repair_persons names 我 where it stands
     return None  # "才周四", "她又抱回来一张奖状": about something or someone the clause does not name
-    # (a clause that opens with a name of a thing, "statement_timeout 加上了", is the speaker's)
+
+
+def speaker_says_zh(clause: str) -> bool:
+    """Whether a Chinese clause is about its speaker: it says 我, or leaves the speaker out as
+    chat does ("周末一般去爬山": it opens on one of zh.toml's subject_openers once its time words
+    are read past — "今晚红烧肉" and "下周四晚上豆豆有课" are not), or it ends or changes something
+    ("西安不去了", "评审会改到周五了"). A clause that opens with a name of a thing
+    ("statement_timeout 加上了") is the speaker's too."""
+    if "我" in clause or slots.polarity(clause) == "ended" or lexicon.alternation("zh", "changes").search(clause):
+        return True
+    rest, opened_with_time = clause, False
+    while True:
+        times = [p for p, _ in timeparse.find(rest, "2000-01-01") if rest.startswith(p)]
+        part_of_day = re.match(lexicon.alternation("zh", "parts_of_day").pattern, rest)
+        if not times and not part_of_day:
+            break
+        rest = rest[len(times[0]) if times else part_of_day.end():].lstrip("，, ")
+        opened_with_time = True
+    if opened_with_time and not rest:
+        return False
+    return rest.startswith(lexicon.words("zh", "subject_openers")) or bool(re.match(r"[A-Za-z0-9]", rest) and not opened_with_time)
 
 
 def _en_record(clause: str, speaker: str, names: set[str], others: list[str], content: str) -> dict | None:

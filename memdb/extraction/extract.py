@@ -232,10 +232,15 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
     if why:
         return None, why
     if zh and record.get("object"):  # small talk is cut in the speaker's own words, before 我 is rewritten
-        record["object"] = gate.trim_zh(record["object"], speaker)
-        if not record["object"]:
+        trimmed = gate.trim_zh(record["object"], speaker)
+        if not trimmed:
             return None, "small talk"
+        if extractive and record["subject"] == speaker and trimmed != record["object"] and not clauses.speaker_says_zh(trimmed):
+            return None, "not about the speaker"  # "帮我写个查询，数据量几千万行" less its request
+        record["object"] = trimmed
     record = gate.repair_persons(record, speaker, listener, zh, pronouns)
+    if not zh and record.get("object"):
+        record["object"] = persons.indefinite(record.get("predicate", ""), record["object"])
     if zh and not extractive and record.get("object") and gate.pieced_together(record, turn.content, speaker, listener, turn.ts):
         return None, "not the turn's words"
     why = gate.judge(record, sentence, names | {speaker})

@@ -226,16 +226,14 @@ def model_fragment(record: dict) -> str | None:
     """Why an English note a model wrote is a fragment rather than a sentence, or None.
 
     A small model fills the slots with pieces of the turn: a predicate that is no verb ("Ana |
-    everything | Family is everything"), chat punctuation and code left in ("… Good luck!']}"),
-    a picture's caption ("shares a photo of | a lake"). The rules' notes never come here."""
+    everything | Family is everything"), chat punctuation and code left in ("… Good luck!']}").
+    The rules' notes never come here."""
     predicate = record.get("predicate", "").strip()
     said = f"{predicate} {record.get('object', '')}"
     if not predicate or not re.match(r"[a-z]", predicate):
         return "no verb"
     if re.search(r"[!?…`{}\[\]|]|\.\.\.", said):
         return "chat left in"
-    if lexicon.alternation("en", "media_shares").match(predicate):
-        return "a picture's caption"
     first = re.sub(rf"^(?:(?:{lexicon.alternation('en', 'auxiliaries').pattern})\s+)+", "", predicate + " ", flags=re.I)
     word = predicate.split()[0].lower()
     if first != predicate + " " or "n't" in word:
@@ -256,8 +254,8 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "not a note"  # markup or JSON the model wrote into a string
     if _SECRET_WORDS.search(f"{subject} {said}") or _KEY_SHAPED.search(said):
         return "a secret"
-    if subject.lower() in _PRONOUN_SUBJECTS:
-        return "pronoun subject"
+    if subject.lower() in _PRONOUN_SUBJECTS or re.match(r"[他她它](?!们)", record.get("object", "")) and not record.get("predicate"):
+        return "pronoun subject"  # "他下个月交接": 他 opens the Chinese note, whoever the subject is
     if SECOND_PERSON.search(said):
         return "addressed to the listener"
     if FIRST_PERSON_WORDS.search(said):

@@ -19,7 +19,7 @@ import re
 import threading
 from dataclasses import dataclass
 
-from .. import text
+from .. import text, timeparse
 from . import lexicon
 
 log = logging.getLogger("memdb")
@@ -250,3 +250,19 @@ def drop_repeated_subject(subject: str, value: str) -> str:
             break  # "Ana's sister" names someone else
         stripped = rest.lstrip(" ，,:：")
     return stripped
+
+
+def indefinite(predicate: str, value: str) -> str:
+    """An object that points into the chat ("painted | that lake sunrise") as a note says it to
+    someone who was not there: "a lake sunrise"; these/those go. "realize | that self-care
+    matters" keeps its "that" (en.toml: that_clause_verbs)."""
+    m = re.match(r"(this|that|these|those)\s+(?=[a-z])", value)
+    last = predicate.split()[-1].lower() if predicate.split() else ""
+    if not m or last in lexicon.words("en", "that_clause_verbs") or re.match(r"\S+\s+(?:is|was|are|were|has|had|will)\b", value[m.end():]):
+        return value
+    if any(value.lower().startswith(phrase.lower()) for phrase, _ in timeparse.find(value, "2000-01-01")):
+        return value  # "this week": a time, not a thing
+    rest = value[m.end():]
+    if m.group(1) in ("these", "those"):
+        return rest
+    return ("an " if re.match(r"[aeiou]", rest) else "a ") + rest
