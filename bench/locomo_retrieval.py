@@ -13,6 +13,7 @@ vector search over raw turns. Also sweeps alpha from 0 to 1 per intent class and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import statistics
@@ -130,7 +131,8 @@ def built_file(mem: memdb.Memory, sample: dict) -> dict[str, int]:
     return dict(zip(dia_ids, ids))
 
 
-def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None, embedder: str = "default") -> dict:
+def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None, embedder: str = "default",
+        atom_weights: tuple[float, ...] = ()) -> dict:
     samples = json.loads(data.read_text())
     results: dict[str, list[dict]] = defaultdict(list)
     sweep_rows: dict[tuple, list[dict]] = defaultdict(list)
@@ -153,12 +155,15 @@ def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None,
                   f"{mem.stats()['atoms']} atoms after dedup, {len(qas)} questions", file=sys.stderr)
             for qa, qvec in zip(qas, qvecs):
                 gold, intent = evidence(qa), search_query.intent(qa["question"])
-                for name, (layer, fusion, alpha) in CONFIGS.items():
+                weights = {f"both_atom_weight{w}": ("both", "weighted", None, w) for w in atom_weights}
+                configs = {name: (*config, None) for name, config in CONFIGS.items()}
+                for name, (layer, fusion, alpha, weight) in {**configs, **weights}.items():
                     if layer != "turns" and not (atoms or db_dir):
                         continue
+                    settings = dataclasses.replace(mem.settings, atom_weight=weight) if weight else mem.settings
                     t0 = time.perf_counter()
                     hits = search_fusion.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
-                                                settings=mem.settings, query_vector=qvec, fusion=fusion, alpha=alpha,
+                                                settings=settings, query_vector=qvec, fusion=fusion, alpha=alpha,
                                                 copies=mem.copies, term_counts=mem.term_counts,
                                                 cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0))
                     latencies.append(time.perf_counter() - t0)
@@ -223,8 +228,10 @@ def main() -> None:
     parser.add_argument("--no-sweep", action="store_true")
     parser.add_argument("--embedder", default="default", help="for new files: 'default' (e5) or 'minilm'")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "locomo_retrieval.json")
+    parser.add_argument("--atom-weights", type=float, nargs="*", default=[],
+                        help="also rank `both` with these atom weights (Settings.atom_weight)")
     args = parser.parse_args()
-    result = run(args.data, args.atoms, not args.no_sweep, args.db_dir, args.embedder)
+    result = run(args.data, args.atoms, not args.no_sweep, args.db_dir, args.embedder, tuple(args.atom_weights))
     result["command"] = "python " + " ".join(sys.argv)
     result["data"] = args.data.name
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))

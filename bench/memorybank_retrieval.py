@@ -14,6 +14,7 @@ vectors). Without it the atoms and both layers hold only what the turns give (no
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -76,7 +77,7 @@ def evidence_of(mem: memdb.Memory, user: str, history: dict) -> dict[int, str]:
     return dict(zip(ids, order))
 
 
-def run(embedder: str, built: Path | None) -> dict:
+def run(embedder: str, built: Path | None, atom_weights: tuple[float, ...] = ()) -> dict:
     data = json.loads(DATA.read_text(encoding="utf-8"))["users"]
     results: dict[str, list[dict]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,10 +94,13 @@ def run(embedder: str, built: Path | None) -> dict:
                     # the embedder cannot read.
                     readable = embedders.reads(mem.embedder, qa["q"])
                     qvec = embedders.query_vectors(mem.embedder, [qa["q"]])[0] if readable else None
-                    sweep = {f"turns_alpha{a}": ("turns", a) for a in SWEEP}
-                    for name, (layer, alpha) in {**CONFIGS, **sweep}.items():
+                    sweep = {f"turns_alpha{a}": ("turns", a, None) for a in SWEEP}
+                    weights = {f"both_atom_weight{w}": ("both", None, w) for w in atom_weights}
+                    configs = {name: (layer, alpha, None) for name, (layer, alpha) in CONFIGS.items()}
+                    for name, (layer, alpha, weight) in {**configs, **sweep, **weights}.items():
+                        settings = dataclasses.replace(mem.settings, atom_weight=weight) if weight else mem.settings
                         hits = search_fusion.search(mem.conn, qa["q"], user=user, k=20, layer=layer,
-                                                    settings=mem.settings, query_vector=qvec, alpha=alpha,
+                                                    settings=settings, query_vector=qvec, alpha=alpha,
                                                     copies=mem.copies, term_counts=mem.term_counts,
                                                     cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0))
                         results[name].append(score(hits, gold, turn_to_ev))
@@ -114,9 +118,11 @@ def main() -> None:
     parser.add_argument("--embedders", nargs="+", default=["default", "minilm"])
     parser.add_argument("--built", type=Path, default=None, help="folder of extracted files (made if missing)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "memorybank_retrieval.json")
+    parser.add_argument("--atom-weights", type=float, nargs="*", default=[],
+                        help="also rank `both` with these atom weights (Settings.atom_weight)")
     args = parser.parse_args()
     out = {"command": "python " + " ".join(sys.argv), "data": str(DATA.name),
-           "runs": [run(e, args.built) for e in args.embedders]}
+           "runs": [run(e, args.built, tuple(args.atom_weights)) for e in args.embedders]}
     args.out.write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     for r in out["runs"]:
         for name, s in r["summary"].items():

@@ -129,9 +129,11 @@ class Settings:
     confidence_floor: float = 0.5
     # Working memory: the session's last turns pull the query vector toward the topic this much.
     session_weight: float = 0.25
-    # Atoms vs raw turns in layer="both": atoms say the same in fewer tokens, so at equal
-    # relevance they win the slot (LoCoMo dev: same MRR with ~40% fewer tokens at 1.5).
-    atom_weight: float = 1.5
+    # Atoms vs raw turns in layer="both": an atom takes a turn's place only when it is clearly
+    # the better match. Weighted higher, atoms pushed the Chinese evidence turns out of the
+    # results (both below turns alone); at this weight both is never below turns on either dev
+    # set, for more tokens than atoms first (bench/results/atom_weight_*.json).
+    atom_weight: float = 0.7
     skipped_turn_weight: float = 0.5  # turns the extraction pre-filter found nothing durable in
     # A query that names a day ("在5月4日你给我推荐了什么", "what did we talk about on May 4th?")
     # makes the rows of that day candidates and adds this to their fused score (weighted fusion

@@ -804,3 +804,11 @@ def test_a_turn_the_rules_cover_poorly_goes_to_the_model():
     llm = FakeLLM(reply("Tobias | prefers | green tea"))
     candidates, _ = extract.extract([turn(1, "Green tea, every single time.", speaker="Tobias")], llm)
     assert (1, ["Tobias prefers green tea"]) == (len(llm.calls), texts(candidates))
+
+
+def test_the_listeners_name_on_a_turn_that_only_calls_them_is_the_models_slip():
+    history = [turn(0, "How long have you two been together?", speaker="Beatrix")]
+    source = turn(1, "Seven years already! Thanks, Beatrix!", speaker="Rosalind")
+    candidates, outcomes = model_only([source], FakeLLM(reply("Beatrix | has been married | seven years")), history=history)
+    assert [] == texts(candidates)
+    assert "the listener's name on the speaker's words" in outcomes[1].dropped

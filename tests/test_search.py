@@ -376,3 +376,21 @@ def test_a_query_naming_a_day_finds_the_atoms_drawn_from_that_day(db_path):
         add_atom(mem, "u", {"kind": "event", "subject": "user", "predicate": "told", "object": "sister about the trip"},
                  [said[1]])
         assert auth == mem.search("what did I tell you on October 3rd?", user="u", layer="atoms")[0].id
+
+
+def test_an_atom_takes_the_place_of_its_own_raw_turn_and_never_pushes_evidence_out():
+    from memdb.db.rows import Hit
+    from memdb.search.fusion import distinct_evidence
+
+    def turn(id_, score):
+        return Hit(id=id_, layer="turn", text=f"turn {id_}", score=score, turn_ids=[id_], ts="2026-01-01")
+
+    def atom(id_, score, of):
+        return Hit(id=id_, layer="atom", text=f"note of {of}", score=score, turn_ids=[of], ts="2026-01-01")
+
+    ranked = [turn(1, 0.9), turn(2, 0.8), atom(10, 0.7, of=1), atom(11, 0.6, of=1), turn(3, 0.5)]
+    assert [("atom", 10, 0.9), ("turn", 2, 0.8), ("turn", 3, 0.5)] == [
+        (h.layer, h.id, h.score) for h in distinct_evidence(ranked)]
+    # an atom that outranks its turn keeps its own place, and the turn takes no second slot
+    assert [("atom", 10, 0.95), ("turn", 2, 0.8)] == [
+        (h.layer, h.id, h.score) for h in distinct_evidence([atom(10, 0.95, of=1), turn(2, 0.8), turn(1, 0.7)])]

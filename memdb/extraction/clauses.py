@@ -161,13 +161,20 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
 
 def speaker_says_zh(clause: str) -> bool:
     """Whether a Chinese clause is about its speaker: it says 我, or leaves the speaker out as
-    chat does ("周末一般去爬山": it opens on one of zh.toml's subject_openers once its time words
-    are read past — "今晚红烧肉" and "下周四晚上豆豆有课" are not), or it ends or changes something
+    chat does ("周末一般去爬山": one of its comma-parts opens on one of zh.toml's subject_openers
+    once its time words are read past — "今晚红烧肉" and "下周四晚上豆豆有课" do not), or it ends or changes something
     ("西安不去了", "评审会改到周五了"). A clause that opens with a name of a thing
     ("statement_timeout 加上了") is the speaker's too."""
     if "我" in clause or slots.polarity(clause) == "ended" or lexicon.alternation("zh", "changes").search(clause):
         return True
-    rest, opened_with_time = clause, False
+    pieces = [p for p in re.split(r"[，,\s]+", clause) if p]
+    return any(map(_piece_is_the_speakers, pieces[1:])) or bool(pieces) and _piece_is_the_speakers(pieces[0], first=True)
+
+
+def _piece_is_the_speakers(rest: str, first: bool = False) -> bool:
+    # One comma-part of a clause: past its time words, does it open as the speaker's own
+    # (zh.toml: subject_openers)? A thing's name opening the whole clause counts too.
+    opened_with_time = False
     while True:
         times = [p for p, _ in timeparse.find(rest, "2000-01-01") if rest.startswith(p)]
         part_of_day = re.match(lexicon.alternation("zh", "parts_of_day").pattern, rest)
@@ -177,7 +184,8 @@ def speaker_says_zh(clause: str) -> bool:
         opened_with_time = True
     if opened_with_time and not rest:
         return False
-    return rest.startswith(lexicon.words("zh", "subject_openers")) or bool(re.match(r"[A-Za-z0-9]", rest) and not opened_with_time)
+    return rest.startswith(lexicon.words("zh", "subject_openers")) or bool(
+        first and re.match(r"[A-Za-z0-9]", rest) and not opened_with_time)
 
 
 def _en_record(clause: str, speaker: str, names: set[str], others: list[str], content: str) -> dict | None:

@@ -28,7 +28,7 @@ from ..settings import Settings
 from . import clauses, gate, lexicon, normalize, persons, slots
 from .ground import ground
 from .parse import parse_output
-from .prefilter import FIRST_PERSON_WORDS, prefilter
+from .prefilter import FIRST_PERSON_WORDS, SECOND_PERSON, prefilter
 from .prompt import MAX_ATOMS_PER_TURN, build_messages, max_tokens_for, output_schema
 from .records import Candidate, Outcome, Turn
 
@@ -226,6 +226,12 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
         record["subject"] = speaker
     if gate.instructs(turn.content):
         return None, "an instruction to the memory"
+    if (not extractive and listener and record["subject"] == listener and not SECOND_PERSON.search(turn.content)
+            and not re.search(rf"\b{re.escape(listener[:3])}\w*\s+[a-z]", turn.content)):
+        # "Ana | has been married | 5 years" from Ben's "5 years already! Thanks, Ana!": a speaker
+        # speaks of the listener as "you", or by name in a sentence ("Ana moved to Oslo"), not
+        # only when calling them; otherwise the name is a small model's slip.
+        return None, "the listener's name on the speaker's words"
     if gate.addressed(record, listener):
         return None, "addressed to the listener"
     why = ground(record, turn.content, names | {speaker}, extractive=extractive)

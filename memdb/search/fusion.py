@@ -5,11 +5,12 @@ vectors (index/vectors.py: vec0 KNN or the in-memory copy), bound as JSON. Each 
 normalised by its best score and fused by weight or by reciprocal rank; atoms are scaled by
 confidence and freshness. Afterwards the ranked list is walked once so that no two hits stand
 for the same evidence: an atom whose source turns are already covered, or a turn that a kept
-atom already stands for, does not take a slot.
+atom already stands for, does not take a slot; an atom of a kept raw turn takes its place.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -266,12 +267,20 @@ def user_now(conn: apsw.Connection, user: str) -> str:
 
 
 def distinct_evidence(hits: list[Hit]) -> list[Hit]:
-    """Keep hits in rank order, dropping any whose turns are all covered by kept hits."""
+    """Keep hits in rank order, dropping any whose turns are all covered by kept hits; the first
+    atom drawn from one kept raw turn takes that turn's place (and score): the note says in a
+    line what the turn said, so atoms never push evidence out of `both`, they stand in for it."""
     covered: set[int] = set()
-    kept = []
+    kept: list[Hit] = []
+    raw_at: dict[int, int] = {}  # turn id -> where its raw turn sits in kept
     for hit in hits:
         if hit.turn_ids and covered.issuperset(hit.turn_ids):
+            if hit.layer == "atom" and len(hit.turn_ids) == 1 and hit.turn_ids[0] in raw_at:
+                at = raw_at.pop(hit.turn_ids[0])
+                kept[at] = dataclasses.replace(hit, score=kept[at].score)
             continue
         covered.update(hit.turn_ids)
+        if hit.layer == "turn":
+            raw_at[hit.id] = len(kept)
         kept.append(hit)
     return kept
