@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
 
-__all__ = ["find", "resolve", "to_date", "zh_words"]
+__all__ = ["find", "resolve", "to_date", "zh_words", "without_zh_dates"]
 
 _WEEKDAYS = {
     "monday": 0, "mon": 0, "tuesday": 1, "tue": 1, "tues": 1, "wednesday": 2, "wed": 2,
@@ -459,4 +459,12 @@ def zh_words(phrase: str, iso: str) -> str:
     parts = [int(x) for x in iso.split("-")]
     written = "".join(f"{n}{unit}" for n, unit in zip(parts, "年月日"))
     return written + _ZH_PART_OF_DAY.get(phrase[-1], "")
+
+
+_ZH_WRITTEN = re.compile(r"\d{4}年(?:\d{1,2}月(?:\d{1,2}日)?)?(?:晚上|早上)?")
+
+
+def without_zh_dates(line: str) -> str:
+    """line less the dates zh_words() wrote into it: what a note says, apart from when."""
+    return _ZH_WRITTEN.sub("", line)
 

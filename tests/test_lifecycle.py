@@ -329,3 +329,11 @@ def test_facts_do_not_fade_while_preferences_do(mem):
     score = {h.id: h.score for h in mem.search("allergic peanuts", user="alice", layer="atoms")}
     assert score[ids["fact", "2025"]] == pytest.approx(score[ids["fact", "2026"]])
     assert score[ids["preference", "2025"]] < score[ids["preference", "2026"]]
+
+
+def test_a_date_written_into_a_chinese_note_does_not_keep_its_cancellation_from_ending_it():
+    from memdb.lifecycle.relation import relation
+    from memdb.settings import Settings
+    old = {"subject": "苏禾", "object": "2026年1月9日苏禾的部门聚餐，在一家湘菜馆", "kind": "event", "when": "这周五", "lang": "zh"}
+    new = {"subject": "苏禾", "object": "部门聚餐取消了", "kind": "event", "polarity": "ended", "lang": "zh"}
+    assert "conflict" == relation(new, old, 0.8, Settings())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 
-from .. import codec, text
+from .. import codec, text, timeparse
 from ..extraction import lexicon, persons, slots
 from ..settings import Settings
 
@@ -69,6 +69,7 @@ def relation(new: dict, old: dict, similarity: float, settings: Settings, *, key
     the vectors read Chinese and English alike (the default e5, not MiniLM): then a Chinese and
     an English line can meet at all, and English lines use e5's own merge threshold.
     """
+    new, old = _dateless(new), _dateless(old)
     if _cancels(new, old, settings) or _quits(new, old):
         return "conflict"
     by_slots = _by_slots(new, old, settings)
@@ -119,6 +120,12 @@ def _by_slots(new: dict, old: dict, settings: Settings) -> str | None:
 def owner(record: dict) -> str:
     """Whose note it is: the person before "'s" / "的" in its subject ("Ana's trip" → "ana")."""
     return _norm(persons.owner_and_thing(record.get("subject") or "")[0])
+
+
+def _dateless(record: dict) -> dict:
+    # A Chinese note carries its date in its words ("2026年10月去杭州"); two notes are compared
+    # on what they say, their dates being in their fields ("when", "date").
+    return {**record, **{f: timeparse.without_zh_dates(record[f]) for f in ("predicate", "object") if record.get(f)}}
 
 
 def _ends(new: dict, old: dict) -> bool:
@@ -195,7 +202,8 @@ def _across_languages(new: dict, old: dict, similarity: float, settings: Setting
 def _cancels(new: dict, old: dict, settings: Settings) -> bool:
     """Whether new calls off the plan old is: same subject, old an event, new saying it is off
     and naming what old named."""
-    planned = old["kind"] == "event" or old["kind"] != "constraint" and _PLANNED.search(codec.canonical_text(old))
+    planned = old["kind"] == "event" or old["kind"] != "constraint" and _PLANNED.search(
+        f"{codec.canonical_text(old)} {old.get('when', '')}")
     if not planned or owner(new) != owner(old):
         return False
     if not _CANCELLED.search(codec.canonical_text(new)) or _CANCELLED.search(codec.canonical_text(old)):
