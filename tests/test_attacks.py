@@ -445,12 +445,12 @@ def test_a_refused_file_and_its_leftover_wal_keep_their_bytes(tmp_path):
 
 def test_an_old_atom_naming_a_credential_is_withheld_from_the_persona_card(open_with_llm):
     # Stored before the filter existed (the filter is off here, as it was then).
-    mem = open_with_llm(FakeLLM(['{"a": [[1, "f", "Ana", "gate code is", "4721", ""]]}']), extract_fill=False)
+    mem = open_with_llm(FakeLLM(['{"a": [[1, "f", "Ana", "has gate code", "4721", ""]]}']), extract_fill=False)
     mem.add([{"content": "The gate code is 4721.", "name": "Ana"}], user="ana")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(privacy, "names_secret", lambda text: False)
         mem.extract(user="ana")
-    assert ["Ana gate code is 4721"] == [a.text for a in mem.profile("ana")]
+    assert ["Ana has gate code 4721"] == [a.text for a in mem.profile("ana")]
     assert "4721" not in mem.persona("ana") and privacy.WITHHELD in mem.persona("ana")
 
 

@@ -113,6 +113,7 @@ def test_every_word_list_the_code_asks_for_is_a_top_level_list():
     ("warmth and patience", "the pupils she teaches", "no verb"),
     ("knitting", "a calm way to unwind", "no verb"),
     ("is thrilled", "Good luck!']}", "chat left in"),
+    ("adores", "her nieces they visit her often", "two clauses glued"),
     ("doesn't eat", "pork", None),
     ("move to", "Lisbon", None),
     ("rebuilt", "the shed they bought last spring", None),
@@ -122,6 +123,13 @@ def test_every_word_list_the_code_asks_for_is_a_top_level_list():
 def test_a_model_fragment_is_no_note(predicate, obj, expected):
     from memdb.extraction import gate
     assert expected == gate.model_fragment({"subject": "Wren", "predicate": predicate, "object": obj})
+
+
+def test_a_noun_of_the_turn_taken_for_a_verb_is_no_note():
+    from memdb.extraction import gate
+    turn = "Wow, the glazes really pop on that vase."
+    assert "no verb" == gate.model_fragment({"subject": "Wren", "predicate": "glazes", "object": "pop"}, turn)
+    assert gate.model_fragment({"subject": "Wren", "predicate": "glazes", "object": "vases"}, "I glaze vases.") is None
 
 
 @pytest.mark.parametrize("said, expected", [

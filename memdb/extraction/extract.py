@@ -253,7 +253,7 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
     if why:
         return None, why
     if not extractive and not zh:
-        why = gate.model_fragment(record)
+        why = gate.model_fragment(record, turn.content)
         if why:
             return None, why
         predicate = record["predicate"].strip()

@@ -222,18 +222,25 @@ def addressed(record: dict, listener: str | None) -> bool:
     return listener is None and SECOND_PERSON.search(said) is not None
 
 
-def model_fragment(record: dict) -> str | None:
-    """Why an English note a model wrote is a fragment rather than a sentence, or None.
+def model_fragment(record: dict, turn: str = "") -> str | None:
+    """Why an English note a model wrote from `turn` is a fragment rather than a sentence, or None.
 
     A small model fills the slots with pieces of the turn: a predicate that is no verb ("Ana |
-    everything | Family is everything"), chat punctuation and code left in ("… Good luck!']}").
-    The rules' notes never come here."""
+    everything | Family is everything"), a noun of the turn taken for a verb ("Ana | colors |
+    blend nicely" from "the colors blend nicely": the turn says it after a determiner), chat
+    punctuation and code left in ("… Good luck!']}"). The rules' notes never come here."""
     predicate = record.get("predicate", "").strip()
     said = f"{predicate} {record.get('object', '')}"
     if not predicate or not re.match(r"[a-z]", predicate):
         return "no verb"
     if re.search(r"[!?…`{}\[\]|]|\.\.\.", said):
         return "chat left in"
+    for m in re.finditer(r"(\S+)\s+(?:they|we|he|she)\s+[a-z]+\s+(?:me|her|him|us|them)\b", said):
+        if m.group(1).lower() not in lexicon.words("en", "clause_joints"):
+            return "two clauses glued"  # "loves | husband and kids they keep her motivated"
+    head = predicate.split()[0]
+    if re.search(rf"\b(?:{lexicon.alternation('en', 'determiners').pattern})\s+{re.escape(head)}\b", turn, re.I):
+        return "no verb"
     first = re.sub(rf"^(?:(?:{lexicon.alternation('en', 'auxiliaries').pattern})\s+)+", "", predicate + " ", flags=re.I)
     word = predicate.split()[0].lower()
     if first != predicate + " " or "n't" in word:
