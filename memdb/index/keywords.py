@@ -36,6 +36,7 @@ import apsw
 import numpy as np
 
 from .. import text
+from ..db.rows import EACH, json_array
 from . import fts
 from .copies import stamp
 
@@ -268,8 +269,8 @@ class KeywordCopies:
         """(ids, versions, lengths, postings) of the rows with these ids, as the FTS table holds
         them; a row without its FTS row is left out (unsearchable, as it is for FTS5)."""
         fts_table, _, _ = LAYERS[layer]
-        found = conn.execute(f'select "rowid", * from "{fts_table}" where "rowid" in (select value from json_each(?)) '
-                             'order by "rowid"', (str(ids.tolist()),)).fetchall()
+        found = conn.execute(f'select "rowid", * from "{fts_table}" where "rowid" in {EACH} '
+                             'order by "rowid"', (json_array(ids.tolist()),)).fetchall()
         got = np.fromiter((r[0] for r in found), np.int64, len(found))
         lengths, postings = self._postings([r[1:] for r in found], self.weights[layer])
         return got, versions[np.searchsorted(ids, got)], lengths, postings

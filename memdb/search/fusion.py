@@ -251,11 +251,10 @@ def _dated(conn: apsw.Connection, user: str, query: str, now: str, layer: str, p
         out["turns"] = turn_ids
     if layer in ("atoms", "both"):
         # Atoms drawn from the day's turns (found through atom_sources_by_turn), and events dated that day.
-        marks = ", ".join("?" * len(days))
         out["atoms"] = [r[0] for r in conn.execute(
-            'select "atom_id" from "atom_sources" where "turn_id" in (select value from json_each(?)) union '
-            f'select "id" from "atoms" where "user" = ? and substr("valid_from", 1, 10) in ({marks}) limit ?',
-            (json.dumps(turn_ids), user, *days, pool))]
+            f'select "atom_id" from "atom_sources" where "turn_id" in {rows.EACH} union '
+            f'select "id" from "atoms" where "user" = ? and substr("valid_from", 1, 10) in {rows.EACH} limit ?',
+            (rows.json_array(turn_ids), user, rows.json_array(days), pool))]
     return out
 
 
