@@ -26,7 +26,7 @@ import memdb
 from memdb import text
 from memdb.db import connection
 from memdb.db import rows as db_rows
-from tests.conftest import HashEmbedder
+from tests.conftest import HashEmbedder, ScriptedLLM
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = [{"content": f"message {i} about the harbour ferry"} for i in range(5)]
@@ -184,29 +184,27 @@ def test_threads_sharing_one_memory_lose_nothing(mem):
         assert list(range(1, 51)) == [r["seq"] for r in mem.turns(got, user=name)]
 
 
-class HookedLLM:
-    """A scripted model that runs `during` while it "thinks": another connection acting on the
-    same file between the moment extraction read its turns and the moment it writes."""
+def hooked(during: Callable[[], object] = lambda: None) -> ScriptedLLM:
+    """A scripted model that runs `during` at its first call, while it "thinks": another
+    connection acting on the same file between the moment extraction read its turns and the
+    moment it writes."""
+    pending = [during]
 
-    name = "hooked-llm"
-    sha256 = "h" * 64
-
-    def __init__(self, during: Callable[[], object] = lambda: None) -> None:
-        self.during = during
-
-    def complete(self, messages: list[dict[str, str]], *, schema: dict, max_tokens: int) -> str:
-        self.during()
-        self.during = lambda: None
+    def reply(messages: list[dict[str, str]]) -> str:
+        while pending:
+            pending.pop()()
         return '{"a":[{"kind":"fact","subject":"Ana","predicate":"keeps","object":"a rose garden"}]}'
+
+    return ScriptedLLM(reply)
 
 
 ROSE = [{"role": "user", "name": "Ana", "content": "Roses behind the house, forty of them."}]  # left to the model
 
 
 def test_two_processes_extracting_the_same_turns_absorb_them_once(db_path):
-    with memdb.open(db_path, embedder=HashEmbedder(), extract="defer", llm=HookedLLM()) as second, \
+    with memdb.open(db_path, embedder=HashEmbedder(), extract="defer", llm=hooked()) as second, \
             memdb.open(db_path, embedder=HashEmbedder(), extract="defer",
-                       llm=HookedLLM(during=lambda: second.extract())) as first:  # the other one finishes first
+                       llm=hooked(during=lambda: second.extract())) as first:  # the other one finishes first
         ids = first.add(ROSE, user="ana")
         counts = first.extract()
         (atom,) = first.profile("ana")
@@ -217,7 +215,7 @@ def test_two_processes_extracting_the_same_turns_absorb_them_once(db_path):
 def test_a_turn_forgotten_while_the_model_runs_gets_no_atom(db_path):
     with memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as other, \
             memdb.open(db_path, embedder=HashEmbedder(), extract="defer",
-                       llm=HookedLLM(during=lambda: other.forget(turn_id=tid, user="ana"))) as mem:
+                       llm=hooked(during=lambda: other.forget(turn_id=tid, user="ana"))) as mem:
         (tid,) = mem.add(ROSE, user="ana")
         mem.extract()  # must not raise, nor write an atom citing a turn that is gone
         assert ([], 0) == (mem.profile("ana"), mem.stats()["atoms"])
