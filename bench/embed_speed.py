@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import minilm_gguf  # noqa: E402
+from tests import minilm_gguf  # noqa: E402 - the converter the GGUF test uses
 from memdb.models import embedders  # noqa: E402
 
 LOCOMO = ROOT / ".." / "shared" / "data" / "locomo_dev.json"

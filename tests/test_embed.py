@@ -20,7 +20,7 @@ from memdb.models import minilm as minilm_mod
 from memdb.models import embedders
 from memdb.models import gguf
 from memdb.models import protocols
-from bench import minilm_gguf
+from tests import minilm_gguf
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "minilm_reference.json"
 
