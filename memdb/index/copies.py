@@ -1,8 +1,8 @@
 """In-memory copies of large users' vectors, kept exact against the committed file.
 
 sqlite-vec 0.1.9's KNN scans every vector in the user's partition, without SIMD in the PyPI
-wheel: 84 ms at 100k atoms on the 2-core bench machine, 6x numpy's brute force over the same
-vectors (bench/scale.py). A user with at least `vector_copy_min` vectors gets a float32 copy in
+wheel: several times slower than numpy's brute force over the same vectors
+(bench/results/scale.json). A user with at least `vector_copy_min` vectors gets a float32 copy in
 memory, ranked by one matrix-vector product. vec0 stays the store of record and answers for
 small users and when the copy would not fit in `vector_copy_mb` (vectors.py picks).
 

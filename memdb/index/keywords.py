@@ -2,7 +2,7 @@
 
 FTS5's bm25 first counts every posting of every query term: in a file of one user holding
 100k atoms, a term in a fifth of the rows costs 20k postings read and scored through the
-auxiliary-function interface (bench/scale.py: p95 98 ms with every term scored); in a file of
+auxiliary-function interface (bench/results/scale_postings.json, budget 0); in a file of
 many users it reads every user's postings of the term and of the user's tag. A user with at
 least `keyword_copy_min` rows in a layer gets a copy of their postings in memory instead: per
 term, the rows holding it and its column-weighted count there, and per row its length. A query
@@ -281,8 +281,8 @@ class KeywordCopies(Held):
 
     def _tokens(self, cells: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The term id of every token of the cells, and the cell it is in. One tokenizer call
-        for all of them, cells told apart by a marker word after each (a call per cell costs
-        3-10 us); a call per cell only when some text holds the marker itself."""
+        for all of them, cells told apart by a marker word after each (each call has a fixed
+        cost that dwarfs a short cell's); a call per cell only when some text holds the marker."""
         def tokenize(utf8: bytes) -> list[str]:
             return self._tokenizer(utf8, apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False,
                                    include_colocated=False)

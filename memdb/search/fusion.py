@@ -96,7 +96,7 @@ def fusion_sql(sides: Sides, settings: Settings, *, include_superseded: bool) ->
     held = codec.codes(codec.STATUSES, *codec.STATUSES) if include_superseded else codec.HELD
     kinds = codec.KINDS
     # Each side is read twice (its rows and its max score): "materialized" makes SQLite run
-    # it once. Without it the KNN ran twice per statement (bench/scale.py: +40% latency).
+    # it once. Without it the KNN ran twice per statement.
     ctes = [
         f"akw as materialized ({_keyword_cte('atoms_fts', settings.atom_columns, sides.atom_keyword)})",
         f"avec as materialized ({_vector_cte(sides.atom_vector)})",
@@ -131,8 +131,8 @@ def fusion_sql(sides: Sides, settings: Settings, *, include_superseded: bool) ->
 def _relevance(near: list[tuple[int, float | None]], baseline: float) -> list[tuple[int, float | None]]:
     """Cosines rescaled so that the cosine of unrelated texts (the embedder's baseline) is 0 and
     a perfect match 1: the vector side is normalised by its best hit, and e5's cosines, all
-    0.72-0.85, made every hit weigh about as much as the best (LoCoMo dev atoms MRR 0.491 with
-    e5 raw, 0.516 with MiniLM)."""
+    0.72-0.85, made every hit weigh about as much as the best (on LoCoMo dev, e5's raw cosines
+    ranked atoms worse than MiniLM's)."""
     if not baseline:
         return near
     return [(i, None if s is None else (s - baseline) / (1 - baseline)) for i, s in near]
