@@ -278,20 +278,22 @@ CALLS: dict[str, Callable[[memdb.Memory], object]] = {
 }
 
 
-@pytest.mark.parametrize("victim", ["turns", "turns_fts_data", "turns_vec_vector_chunks00", "sqlite_schema"])
-def test_a_damaged_file_is_left_untouched_by_open_and_fails_with_memdb_errors(tmp_path, victim):
+# A damaged schema is found at open; damaged data pages only when a call reads them.
+@pytest.mark.parametrize("victim, refused_at_open", [
+    ("turns", False), ("turns_fts_data", False), ("turns_vec_vector_chunks00", False), ("sqlite_schema", True)])
+def test_a_damaged_file_is_left_untouched_by_open_and_fails_with_memdb_errors(tmp_path, victim, refused_at_open):
     path = tmp_path / "damaged.db"
     before = _damaged_file(path, victim)
-    try:
-        memdb.open(path, embedder=HashEmbedder(), extract="defer").close()
-    except memdb.SchemaError as exc:  # found at open: a clear error
-        assert "untouched" in str(exc) or "not a" in str(exc)
-    assert before == path.read_bytes()
-    try:
-        mem = memdb.open(path, embedder=HashEmbedder(), extract="defer")
-    except memdb.SchemaError:
+    if refused_at_open:
+        with pytest.raises(memdb.SchemaError) as refused:
+            memdb.open(path, embedder=HashEmbedder(), extract="defer")
+        assert (f"{str(path)!r} is not a readable SQLite file (file is not a database); it was left untouched"
+                == str(refused.value))
+        assert before == path.read_bytes()
         return
-    with mem:
+    memdb.open(path, embedder=HashEmbedder(), extract="defer").close()
+    assert before == path.read_bytes()
+    with memdb.open(path, embedder=HashEmbedder(), extract="defer") as mem:
         for name, call in CALLS.items():
             try:
                 call(mem)
