@@ -237,15 +237,6 @@ def test_gguf_conversion_reproduces_the_reference(
     assert _cosines(vectors, reference).min() >= 0.999  # measured 0.9995: llama.cpp cuts [SEP] off the long one
 
 
-def test_batches_bound_padding_and_size() -> None:
-    lengths = [3, 256, 5, 12, 10, 8] + [30] * 100
-    batches = list(minilm_mod._batches(lengths))
-    assert sorted(range(len(lengths))) == sorted(i for b in batches for i in b)
-    assert [0, 2, 5, 4, 3] == batches[0]  # the short ones together, sorted by length
-    assert [[1]] == [b for b in batches if 1 in b]  # the long one is not padding the others
-    assert all(len(b) <= minilm_mod.MAX_BATCH for b in batches)
-
-
 def test_gguf_that_llama_cpp_rejects_is_unavailable(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     broken = tmp_path / "broken.gguf"
