@@ -478,11 +478,14 @@ _JSONISH = st.recursive(
        | _JSONISH.map(lambda v: json.dumps(v)[: len(json.dumps(v)) // 2]))
 def test_random_and_jsonish_garbage_never_breaks_extraction(raw):
     atoms, error = parse.parse_output(raw, 2)
-    assert isinstance(atoms, list) and (error is None or isinstance(error, str))
+    if error is not None:  # unusable as a whole: no atoms, and a reason
+        assert ([], str) == (atoms, type(error)) and error
+    assert isinstance(atoms, list)
     turns = [turn(1, "I went to a support group yesterday. I love tea."), turn(2, "我喜欢茶。", speaker="Beatrix")]
     candidates, outcomes = model_only(turns, fake_llm(raw))
     assert {1, 2} == set(outcomes)
-    assert all(o.state in ("done", "failed") and (o.state == "done" or o.reason) for o in outcomes.values())
+    assert {"done", "failed"} >= {o.state for o in outcomes.values()}
+    assert [] == [o for o in outcomes.values() if o.state == "failed" and not o.reason]  # a failure says why
     for cand in candidates:
         assert cand.record == codec.validate(cand.record)
         assert 0 <= cand.confidence <= 1 and set(cand.turn_ids) <= {1, 2}
