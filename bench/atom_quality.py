@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
+from bench.common import code_version  # noqa: E402
 
 FILES = ["dev_locomo.json", "dev_dialogue_zh.json", "dev_dialogue_en.json"]
 
@@ -98,17 +98,6 @@ def sessions(dialogue: list[dict], limit: int | None) -> list[tuple[str, str, li
             out.append((*key, []))
         out[-1][2].append(turn)
     return out
-
-
-def code_version() -> dict:
-    """Which memdb ran: its folder and the repository commit (+dirty when memdb/ has changes)."""
-    git = ["git", "-C", str(ROOT)]
-    try:
-        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run([*git, "status", "--porcelain", "--", "memdb"], capture_output=True, text=True).stdout
-    except OSError:
-        commit, dirty = "", ""
-    return {"memdb": str(Path(memdb.__file__).parent), "commit": (commit + "+dirty" * bool(dirty)) or None}
 
 
 def run_file(path: Path, args: argparse.Namespace, scorer) -> dict:

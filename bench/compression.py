@@ -35,17 +35,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 import memdb  # noqa: E402
-from locomo_retrieval import evidence, load_atoms, parse_session_time, turn_text  # noqa: E402
+from bench.common import LOCOMO_DEV, evidence, load_atoms, machine, parse_session_time, turn_text  # noqa: E402
 from memdb import codec  # noqa: E402
 from memdb.db import rows as db_rows  # noqa: E402
 from memdb.models import llama  # noqa: E402
 from memdb.search import context as search_context  # noqa: E402
-from scale import machine  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
+DATA = LOCOMO_DEV
 BUDGETS = (100, 200, 400, 800)
 MAX_RAW = 60  # raw turns tried best-first before giving up on matching the recall
 

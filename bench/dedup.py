@@ -39,10 +39,11 @@ from memdb.db import rows as db_rows  # noqa: E402
 from memdb.lifecycle import absorb, relation  # noqa: E402
 from memdb.models import embedders  # noqa: E402
 from memdb.settings import Settings  # noqa: E402
+from bench.common import LOCOMO_DEV  # noqa: E402
 
 PAIRS = ROOT / "bench" / "dedup_pairs.json"
 RESULTS = ROOT / "bench" / "results"
-DEV = ROOT.parent / "shared" / "data" / "locomo_dev.json"
+DEV = LOCOMO_DEV
 LABEL_OF = {"duplicate": "duplicate", "distinct": "distinct", "conflicting": "conflict"}
 
 

@@ -32,10 +32,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import minilm_gguf  # noqa: E402
+from tests import minilm_gguf  # noqa: E402 - the converter the GGUF test uses
 from memdb.models import embedders  # noqa: E402
+from bench.common import LOCOMO_DEV, cpu_model  # noqa: E402
 
-LOCOMO = ROOT / ".." / "shared" / "data" / "locomo_dev.json"
+LOCOMO = LOCOMO_DEV
 OUT = ROOT / "bench" / "results" / "embed_speed.json"
 FLOP_PER_TOKEN = 2 * 6 * (3 * 384 * 384 + 384 * 384 + 2 * 384 * 1536)  # dense layers; attention adds ~2%
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -86,7 +87,7 @@ def _timed(fn) -> float:
 def machine() -> dict:
     info = {
         "nproc": os.cpu_count(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "env": {v: os.environ.get(v) for v in OPENBLAS_VARS},
@@ -102,16 +103,6 @@ def machine() -> dict:
             config = np.show_config(mode="dicts")
         info["blas"] = config.get("Build Dependencies", {}).get("blas") if config else buf.getvalue()
     return info
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def gguf_rate(texts: list[str], batches: list[int], runs: int) -> dict | None:

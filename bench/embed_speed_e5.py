@@ -29,8 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.embed_speed import LOCOMO, sentences  # noqa: E402
 from memdb.models import e5, embedders  # noqa: E402
+from bench.common import MEMORYBANK_DEV  # noqa: E402
 
-MEMORYBANK = ROOT.parent / "shared" / "data" / "memorybank_cn_dev.json"
+MEMORYBANK = MEMORYBANK_DEV
 OUT = ROOT / "bench" / "results" / "embed_speed_e5.json"
 
 

@@ -37,8 +37,9 @@ sys.path.insert(0, str(ROOT))
 from memdb import codec  # noqa: E402
 from memdb.extraction import extract, prefilter, records  # noqa: E402
 from memdb.models import llama  # noqa: E402
+from bench.common import LOCOMO_DEV  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
+DATA = LOCOMO_DEV
 THRESHOLD = 0.6
 
 

@@ -37,17 +37,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 import memdb  # noqa: E402
-from locomo_retrieval import parse_session_time, turn_text  # noqa: E402
+from bench.common import LOCOMO_DEV, machine, parse_session_time, turn_text  # noqa: E402
 from memdb import memory  # noqa: E402
 from memdb.db import connection  # noqa: E402
 from memdb.db import rows as db_rows  # noqa: E402
 from memdb.extraction import pipeline  # noqa: E402
-from scale import machine  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
+DATA = LOCOMO_DEV
 OTHER = "add (other)"
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import statistics
 import sys
@@ -29,81 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
-from memdb import codec  # noqa: E402
-from memdb.db import connection  # noqa: E402
-from memdb.lifecycle import absorb  # noqa: E402
 from memdb.models import embedders  # noqa: E402
 from memdb.search import context as search_context  # noqa: E402
 from memdb.search import fusion as search_fusion  # noqa: E402
 from memdb.search import query as search_query  # noqa: E402
-
-KS = (5, 10, 20)
-
-
-def parse_session_time(value: str) -> dt.datetime:
-    """LoCoMo's '1:56 pm on 8 May, 2023'."""
-    return dt.datetime.strptime(value.replace(" on ", " ").replace(",", ""), "%I:%M %p %d %B %Y")
-
-
-def turn_text(turn: dict) -> str:
-    text = turn["text"]
-    if turn.get("blip_caption"):
-        text += f" [shares a photo: {turn['blip_caption']}]"
-    return text
-
-
-def load_conversation(mem: memdb.Memory, sample: dict) -> dict[str, int]:
-    """Add every session of a LoCoMo sample; returns dia_id -> turn id."""
-    conv, user = sample["conversation"], sample["sample_id"]
-    dia_to_turn: dict[str, int] = {}
-    n = 1
-    while f"session_{n}" in conv:
-        start = parse_session_time(conv[f"session_{n}_date_time"])
-        turns = conv[f"session_{n}"]
-        messages = [
-            {"role": "user", "name": t["speaker"], "content": turn_text(t),
-             "ts": (start + dt.timedelta(seconds=30 * i)).isoformat()}
-            for i, t in enumerate(turns)
-        ]
-        ids = mem.add(messages, user=user, session=f"session_{n}")
-        dia_to_turn.update({t["dia_id"]: i for t, i in zip(turns, ids)})
-        n += 1
-    return dia_to_turn
-
-
-def load_atoms(mem: memdb.Memory, user: str, path: Path, dia_to_turn: dict[str, int]) -> int:
-    """Absorb extracted atoms (one JSON object a line with record, confidence, dia_ids, conv)."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if r.get("conv") == user]
-    records = [codec.validate(r["record"]) for r in rows]
-    vectors = mem.embedder.embed([codec.canonical_text(r) for r in records])
-    ts_of = {t["id"]: t["ts"] for t in mem.turns(sorted(dia_to_turn.values()), user=user)}
-    with connection.write(mem.conn):
-        for row, record, vector in zip(rows, records, vectors):
-            turn_ids = [dia_to_turn[d] for d in row["dia_ids"] if d in dia_to_turn]
-            if not turn_ids:
-                continue
-            absorb.absorb(mem.conn, user=user, record=record, confidence=row.get("confidence", 0.8),
-                          turn_ids=turn_ids, ts=max(ts_of[t] for t in turn_ids), vector=vector,
-                          settings=mem.settings, multilingual=getattr(mem.embedder, "multilingual", True))
-            mem.conn.execute('update "turns" set "state" = 1 where "id" in (%s)' % ",".join("?" * len(turn_ids)), turn_ids)
-    return len(rows)
-
-
-def evidence(qa: dict) -> set[str]:
-    return {e.strip() for ev in qa["evidence"] for e in ev.split(";") if e.strip()}
-
-
-def score(hits: list[memdb.Hit], gold: set[str], turn_to_dia: dict[int, str]) -> dict[str, float]:
-    covered: list[set[str]] = [{turn_to_dia[t] for t in h.turn_ids if t in turn_to_dia} for h in hits]
-    out = {}
-    for k in KS:
-        found = set().union(*covered[:k]) if covered[:k] else set()
-        out[f"recall@{k}"] = len(found & gold) / len(gold)
-    rank = next((i + 1 for i, c in enumerate(covered) if c & gold), None)
-    out["mrr"] = 1.0 / rank if rank else 0.0
-    return out
-
+from bench.common import (LOCOMO_DEV, built_file, evidence, load_atoms, load_conversation,  # noqa: E402
+                          mean_scores, score)
 
 CONFIGS = {
     # name: (layer, fusion, alpha) — alpha None: chosen by the query's intent
@@ -116,19 +46,6 @@ CONFIGS = {
     "both_weighted": ("both", "weighted", None),
     "both_rrf": ("both", "rrf", None),
 }
-
-
-def built_file(mem: memdb.Memory, sample: dict) -> dict[str, int]:
-    """dia_id -> turn id of a file built by bench/qa_prepare.py (the real pipeline: extraction,
-    lifecycle, turn states): its turns were added in dialogue order, so ids ascend with dia_ids."""
-    conv, dia_ids, n = sample["conversation"], [], 1
-    while f"session_{n}" in conv:
-        dia_ids += [t["dia_id"] for t in conv[f"session_{n}"]]
-        n += 1
-    ids = [t["id"] for t in mem.export(sample["sample_id"]) if t["type"] == "turn"]
-    if len(ids) != len(dia_ids):
-        raise SystemExit(f"{sample['sample_id']}: the file holds {len(ids)} turns, the data {len(dia_ids)}")
-    return dict(zip(dia_ids, ids))
 
 
 def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None, embedder: str = "default",
@@ -183,19 +100,14 @@ def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None,
                                                         cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0))
                             sweep_rows[(layer, intent, float(a))].append(score(hits, gold, turn_to_dia))
             mem.close()
-    summary = {name: _mean(rows) for name, rows in results.items()}
-    by_intent = {name: {i: _mean([r for r in rows if r["intent"] == i]) for i in sorted({r["intent"] for r in rows})}
+    summary = {name: mean_scores(rows) for name, rows in results.items()}
+    by_intent = {name: {i: mean_scores([r for r in rows if r["intent"] == i]) for i in sorted({r["intent"] for r in rows})}
                  for name, rows in results.items()}
     sweep_out = defaultdict(dict)
     for (layer, intent, a), rows in sorted(sweep_rows.items()):
-        sweep_out[f"{layer}/{intent}"][str(a)] = _mean(rows)
+        sweep_out[f"{layer}/{intent}"][str(a)] = mean_scores(rows)
     return {"summary": summary, "by_intent": by_intent, "sweep": sweep_out,
             "search_ms_median": 1000 * statistics.median(latencies) if latencies else None}
-
-
-def _mean(rows: list[dict]) -> dict:
-    keys = [k for k in rows[0] if k != "intent"] if rows else []
-    return {"n": len(rows), **{k: round(statistics.fmean(r[k] for r in rows), 4) for k in keys}}
 
 
 def plot(sweep: dict, out: Path) -> None:
@@ -221,7 +133,7 @@ def plot(sweep: dict, out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "locomo_dev.json")
+    parser.add_argument("--data", type=Path, default=LOCOMO_DEV)
     parser.add_argument("--atoms", type=Path, default=None, help="JSONL of extracted atoms")
     parser.add_argument("--db-dir", type=Path, default=None,
                         help="read the files bench/qa_prepare.py built (the real pipeline) instead of --atoms")

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
-from bench.locomo_retrieval import score  # noqa: E402
+from bench.common import score  # noqa: E402
 from bench.memorybank_retrieval import DATA, evidence_of  # noqa: E402
 from memdb.models import embedders  # noqa: E402
 from memdb.search import fusion as search_fusion  # noqa: E402

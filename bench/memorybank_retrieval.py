@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
-from bench.locomo_retrieval import _mean, score  # noqa: E402
+from bench.common import MEMORYBANK_DEV, mean_scores, score  # noqa: E402
 from memdb.models import embedders  # noqa: E402
 from memdb.search import fusion as search_fusion  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "memorybank_cn_dev.json"
+DATA = MEMORYBANK_DEV
 CONFIGS = {  # name: (layer, alpha); alpha None: the query's intent picks it
     "bm25_turns": ("turns", 1.0),
     "vector_turns": ("turns", 0.0),
@@ -110,7 +110,7 @@ def run(embedder: str, built: Path | None, atom_weights: tuple[float, ...] = ())
                 Path(tmp, "u.db" + suffix).unlink(missing_ok=True)
     return {"embedder": name,
             "atoms": "extracted by the bundled model, deduplicated with e5" if built else "none (no extraction)",
-            "summary": {k: _mean(v) for k, v in results.items()}}
+            "summary": {k: mean_scores(v) for k, v in results.items()}}
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
+from bench.common import cpu_model  # noqa: E402
 from memdb.extraction import prompt  # noqa: E402
 from memdb.extraction.records import Turn  # noqa: E402
 from memdb.models import llama, worker  # noqa: E402
@@ -175,7 +176,7 @@ def main() -> None:
     args = parser.parse_args()
     out: dict = {"command": "flock /tmp/memdb-cpu.lock .venv/bin/python bench/model_worker.py " + " ".join(sys.argv[1:]),
                  "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                 "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
+                 "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
                              "amx": sorted(llama.cpu_flags() & set(llama.AMX_CPU_FLAGS)),
                              "llama_cpp_build": llama.system_info().strip()},
                  }
@@ -210,16 +211,6 @@ def main() -> None:
         }
     Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k in ("overhead", "summary", "prompt_summary")}, indent=1))
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
+from bench.common import LOCOMO_DEV  # noqa: E402
 
 SYSTEMS = {"memdb": {}, "scenarios": {"scenarios": True}, "l2l3": {"scenarios": True, "persona": True}}
 
@@ -66,7 +67,7 @@ def tokens_needed(mem: memdb.Memory, sample: dict, qa: dict, options: dict, budg
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db-dir", type=Path, required=True)
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "locomo_dev.json")
+    parser.add_argument("--data", type=Path, default=LOCOMO_DEV)
     parser.add_argument("--budget", type=int, default=4000)
     parser.add_argument("--k", type=int, default=60)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "multihop_tokens.json")

@@ -41,8 +41,9 @@ sys.path.insert(0, str(ROOT))
 import memdb  # noqa: E402
 from memdb.db import rows  # noqa: E402
 from memdb.models import embedders  # noqa: E402
+from bench.common import MEMORYBANK_DEV  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "memorybank_cn_dev.json"
+DATA = MEMORYBANK_DEV
 BUDGETS = (100, 200, 400)
 _PUNCT = re.compile(r"[\s，。、,.!！？?：:；;（）()《》“”\"'·-]+")
 

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import memdb  # noqa: E402
-from locomo_retrieval import load_conversation  # noqa: E402
+from bench.common import LOCOMO_DEV, load_conversation  # noqa: E402
 
 CATEGORIES = (1, 2, 3, 4)  # 5 is adversarial: the dialogue holds no answer
 
@@ -165,7 +165,7 @@ def memdb_version() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db-dir", type=Path, required=True, help="one <sample_id>.db per conversation")
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "locomo_dev.json")
+    parser.add_argument("--data", type=Path, default=LOCOMO_DEV)
     parser.add_argument("--n", type=int, default=60)
     parser.add_argument("--budget", type=int, default=600)
     parser.add_argument("--seed", type=int, default=13)

@@ -27,10 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 import memdb  # noqa: E402
-from locomo_retrieval import built_file, evidence, score  # noqa: E402
+from bench.common import LOCOMO_DEV, built_file, evidence, score  # noqa: E402
 from memdb.search import fusion as search_fusion  # noqa: E402
 
 K = 20
@@ -78,7 +77,7 @@ def _search(mem, user, question, qvec, layer, settings):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "locomo_dev.json")
+    parser.add_argument("--data", type=Path, default=LOCOMO_DEV)
     parser.add_argument("--db-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "relevance_floor.json")
     args = parser.parse_args()

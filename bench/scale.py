@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import random
 import resource
 import statistics
@@ -47,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import synth  # noqa: E402
+from bench.common import machine  # noqa: E402
 from memdb.db import connection  # noqa: E402
 from memdb.db import rows as db_rows  # noqa: E402
 from memdb.index import fts, vectors  # noqa: E402
@@ -69,22 +68,6 @@ RESULTS = ROOT / "bench" / "results"
 
 
 # ---------------------------------------------------------------- machine
-
-
-def machine() -> dict:
-    import apsw
-    import sqlite_vec
-
-    mem_kb = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    return {
-        "nproc": os.cpu_count(), "cpu": cpu, "memory_gb": round(mem_kb / 2**20, 1),
-        "python": platform.python_version(), "sqlite": apsw.sqlite_lib_version(),
-        "apsw": apsw.apswversion(), "sqlite_vec": sqlite_vec.__version__ if hasattr(sqlite_vec, "__version__") else None,
-        "numpy": np.__version__,
-        # The machine is shared: the load says how much of it this run had.
-        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
-    }
 
 
 def maxrss_mb() -> float:

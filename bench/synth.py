@@ -43,7 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memdb import codec  # noqa: E402
+from memdb import codec, text  # noqa: E402
 from memdb.db import connection  # noqa: E402
 from memdb.db import rows as db_rows  # noqa: E402
 from memdb.models import assets  # noqa: E402
@@ -157,7 +157,7 @@ class Base:
 
 
 def _fill(template: str, rng: random.Random) -> str:
-    zh = any("\u4e00" <= ch <= "\u9fff" for ch in template)
+    zh = text.has_cjk(template)
     return template.format(
         city=rng.choice(ZH_CITIES if zh else CITIES), company=rng.choice(COMPANIES),
         job=rng.choice(ZH_JOBS if zh else JOBS), pet=rng.choice(PETS), car=rng.choice(CARS),

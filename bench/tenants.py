@@ -28,12 +28,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 import memdb  # noqa: E402
-from locomo_retrieval import evidence, load_conversation, score  # noqa: E402
+from bench.common import LOCOMO_DEV, evidence, load_conversation, score  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "locomo_dev.json"
+DATA = LOCOMO_DEV
 RESULTS = ROOT / "bench" / "results" / "tenants.json"
 
 

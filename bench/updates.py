@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
-from bench.atom_quality import code_version  # noqa: E402
+from bench.common import code_version  # noqa: E402
 
 PAIRS = ROOT / "bench" / "updates_pairs.json"
 CASES = ("supersede", "coexist", "restated")

@@ -263,7 +263,7 @@ def _llm(args: argparse.Namespace) -> Any:
 def _open(args: argparse.Namespace, **kw: Any) -> memdb.Memory:
     _check_path(args)
     embedder = None if args.embedder in (None, "none") else args.embedder
-    # One command, one search: loading a large user's vectors into memory (cache.py) would
+    # One command, one search: loading a large user's vectors into memory (index/copies.py) would
     # cost more than the one vec0 KNN it replaces.
     settings = memdb.Settings(vector_copy_mb=0, keyword_copy_mb=0)
     llm = _llm(args) if args.llm is not None or args.llm_model else None

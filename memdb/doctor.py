@@ -197,9 +197,10 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _meminfo(field: str) -> int | None:
+def _proc_mb(path: str, field: str) -> int | None:
+    """A "Field:  N kB" line of a /proc file, in MB; None where there is no such file or line."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             if line.startswith(field + ":"):
                 return int(line.split()[1]) // 1024
     except (OSError, ValueError, IndexError):
@@ -207,14 +208,12 @@ def _meminfo(field: str) -> int | None:
     return None
 
 
+def _meminfo(field: str) -> int | None:
+    return _proc_mb("/proc/meminfo", field)
+
+
 def _rss_mb(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return _proc_mb(f"/proc/{pid}/status", "VmRSS")
 
 
 def _peak_rss_mb() -> int | None:

@@ -31,7 +31,8 @@ class Settings:
     extract_fill: bool = True
     # The model reads a turn only when those notes hold less than this share of its content
     # terms (0: only when the rules find nothing; 1: every turn, e.g. with a bigger model
-    # behind an endpoint). Dev gold at 0.5: 104 calls instead of 163, recall unchanged.
+    # behind an endpoint). On the dev gold, 0.5 saves a third of the calls at the same recall
+    # (bench/atom_quality.py).
     extract_rules_cover: float = 0.0
     # Confidence of an extracted atom: about its own speaker, about someone else, and the
     # penalty when its sentence hedges ("maybe", "可能").
@@ -156,7 +157,7 @@ class Settings:
     # postings of the rarest query terms (0: all terms; bench/results/scale_postings.json has
     # the cost and recall of each budget at 100k atoms); term counts are kept until the table
     # grows by term_counts_growth. Users with at least vector_copy_min vectors in a layer have
-    # them ranked in memory, loaded on their first search (~14 us per vector), up to
+    # them ranked in memory, loaded on their first search, up to
     # vector_copy_mb in all (0 disables it).
     keyword_postings: int = 20_000
     term_counts_growth: float = 1.1
@@ -165,7 +166,7 @@ class Settings:
     # With vector_copy_files, a user's copy of at least vector_copy_file_min vectors is also
     # written once to a file beside the database (<file>-memdb-copies/, index/copyfiles.py) and
     # memory-mapped by later opens, so the first search of a process does not read the vectors
-    # out of SQLite again (1M atoms: 20.1 s read, 0.44 s mapped; bench/results/first_search.json).
+    # out of SQLite again (bench/results/first_search.json).
     # Off by default: the database stays one file unless asked. A mapped copy is the page
     # cache's, not counted in vector_copy_mb.
     vector_copy_files: bool = False
@@ -178,8 +179,8 @@ class Settings:
     # statistics (index/keywords.py; bench/results/scale.json: 100k atoms at full-bm25 recall),
     # up to keyword_copy_mb in all (0 disables it: FTS5 answers, pruned by keyword_postings).
     # In a file of several users the copy would score with the user's own statistics, not
-    # the file's as FTS5 does: faster (300 users x 1k atoms: p95 2.8x lower) but, on synthetic
-    # gold, hit@10 0.663 vs 0.690 (bench/results/scale_keywords.json); off until per-user
+    # the file's as FTS5 does: faster but, on synthetic gold, a lower hit@10
+    # (bench/results/scale_keywords.json); off until per-user
     # statistics are decided for FTS5 too.
     keyword_copy_min: int = 500
     keyword_copy_mb: float = 1024.0

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import re
 
+# memdb's one definition of a Chinese character (CJK unified ideographs, extension A, the
+# compatibility block) and of a word: letters and digits, with one inner apostrophe ("don't").
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
-_WORD = re.compile(f"[{_CJK}]+|[^\\W_]+(?:['’][^\\W_]+)?", re.UNICODE)
+WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
+_TERM = re.compile(f"[{_CJK}]+|{WORD.pattern}")  # a CJK run is one match, cut into bigrams after
 
 # Words that carry no meaning for retrieval. Kept short on purpose: a query word that is
 # dropped can never match, so only words that appear in almost every turn belong here.
@@ -39,43 +42,41 @@ def has_cjk(text: str) -> bool:
 
 def segment(text: str) -> str:
     """The copy of text that goes into an FTS5 column: CJK runs as unigrams plus bigrams."""
-    return _CJK_RUN.sub(lambda m: f" {_cjk_grams(m.group())} ", text)
+    return _CJK_RUN.sub(lambda m: f" {' '.join([*m.group(), *_bigrams(m.group())])} ", text)
 
 
-def _cjk_grams(run: str) -> str:
-    bigrams = [run[i : i + 2] for i in range(len(run) - 1)]
-    return " ".join(list(run) + bigrams)
+def _bigrams(run: str) -> list[str]:
+    """The overlapping bigrams of a CJK run, in order ([] for a lone character)."""
+    return [run[i : i + 2] for i in range(len(run) - 1)]
 
 
 def terms(text: str) -> list[str]:
     """Content terms of text in order, deduplicated: lowercased words without stop words,
     and for Chinese the bigrams of each run (a lone character when the run has one)."""
     seen: dict[str, None] = {}
-    for match in _WORD.finditer(text):
+    for match in _TERM.finditer(text):
         word = match.group()
         if _CJK_RUN.fullmatch(word):
-            grams = [word] if len(word) == 1 else [word[i : i + 2] for i in range(len(word) - 1)]
-            for gram in grams:
+            for gram in _bigrams(word) or [word]:
                 if not all(ch in ZH_STOP_CHARS for ch in gram):
                     seen.setdefault(gram, None)
             continue
-        word = word.lower().replace("’", "'")
-        if word.endswith("'s"):
-            word = word[:-2]
+        word = _plain(word)
         if word and word not in STOP_WORDS and not word.isdigit() or (word.isdigit() and len(word) >= 2):
             seen.setdefault(word, None)
     return list(seen)
 
 
-WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
+def _plain(word: str) -> str:
+    """word lowercased, with a straight apostrophe and no possessive 's."""
+    word = word.lower().replace("’", "'")
+    return word[:-2] if word.endswith("'s") else word
 
 
 def stem(word: str) -> str:
     """A crude stem, enough to make lives/living/lived, likes/liked, kids/kid and Bob's/Bob meet;
     not a real stemmer. memdb's only one: grounding and dedup must agree on what a word is."""
-    word = word.lower().replace("’", "'")
-    if word.endswith("'s"):
-        word = word[:-2]
+    word = _plain(word)
     if has_cjk(word) or len(word) <= 3:
         return word
     for suffix in ("ing", "ed", "es", "s"):
@@ -92,10 +93,7 @@ def stems(phrase: str) -> list[str]:
 
 def cjk_bigrams(value: str) -> set[str]:
     """The CJK bigrams of value (a lone character where a run has one)."""
-    grams: set[str] = set()
-    for run in _CJK_RUN.findall(value):
-        grams |= {run} if len(run) == 1 else {run[i : i + 2] for i in range(len(run) - 1)}
-    return grams
+    return {gram for run in _CJK_RUN.findall(value) for gram in _bigrams(run) or [run]}
 
 
 _SENTENCE_END = re.compile(r"(?<=[。！？\n])|(?<=[.!?…])\s+|(?<=[.!?])(?=[^\w\s'\"’)\]])")

@@ -1,8 +1,11 @@
-"""Shared fixtures: temporary files and a small deterministic embedder for fast tests."""
+"""Shared fixtures: temporary files, a small deterministic embedder and a scripted extraction
+model for fast tests."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -26,6 +29,36 @@ class HashEmbedder:
                 out[row, digest[0] % self.dim] += 1.0 if digest[1] % 2 else -1.0
             out[row] /= np.linalg.norm(out[row]) or 1.0
         return out
+
+
+Reply = str | BaseException | Callable[[list[dict[str, str]]], str]
+
+
+class ScriptedLLM:
+    """The tests' one stand-in for the extraction model: each call is answered with the next
+    scripted reply, cycling. A reply is a string, an exception (raised), or a function of the
+    call's messages that returns the string. calls keeps every call's messages.
+
+    pronouns: given, the pronoun question (extraction.persons asks it apart from the notes) is
+    answered from them, "they" for a name not there, and is neither scripted nor in calls."""
+
+    sha256 = "0" * 64
+
+    def __init__(self, *replies: Reply, name: str = "scripted", pronouns: dict[str, str] | None = None) -> None:
+        self.replies = list(replies)
+        self.name = name
+        self.pronouns = pronouns
+        self.calls: list[list[dict[str, str]]] = []
+
+    def complete(self, messages: list[dict[str, str]], *, schema: dict, max_tokens: int) -> str:
+        if self.pronouns is not None and "p" in schema.get("properties", {}):
+            name = messages[1]["content"].removeprefix("Name: ")
+            return json.dumps({"p": self.pronouns.get(name, "they")})
+        reply = self.replies[len(self.calls) % len(self.replies)]
+        self.calls.append(messages)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply(messages) if callable(reply) else reply
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +88,8 @@ def mem(db_path, embedder):
 
 @pytest.fixture
 def open_with_llm(db_path, embedder):
-    """Opens the test file again with a scripted model (open(llm=...)), closed after the test."""
+    """Opens the test file again with a model (open(llm=...)), most often a ScriptedLLM, closed
+    after the test."""
     opened: list[memdb.Memory] = []
 
     def open_(llm, **settings):

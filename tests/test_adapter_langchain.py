@@ -11,13 +11,7 @@ import pytest
 
 import memdb
 from memdb.adapters.langchain import MemdbChatMessageHistory, MemdbRetriever
-
-
-class ScriptedLLM:
-    name, sha256 = "scripted", "0" * 64
-
-    def complete(self, messages, *, schema, max_tokens):
-        return '{"a":["Ana | keeps | bees on the roof"]}'
+from tests.conftest import ScriptedLLM
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # langchain-core 1 points new code at LangGraph
@@ -65,7 +59,7 @@ def test_clear_forgets_the_session_and_nothing_else(mem):
 
 
 def test_the_retriever_returns_atoms_and_turns_as_documents(db_path, embedder):
-    with memdb.open(db_path, embedder=embedder, llm=ScriptedLLM(), settings=memdb.Settings(extract_fill=False)) as mem:
+    with memdb.open(db_path, embedder=embedder, llm=ScriptedLLM('{"a":["Ana | keeps | bees on the roof"]}'), settings=memdb.Settings(extract_fill=False)) as mem:
         mem.add([{"role": "user", "name": "Ana", "content": "I keep bees on the roof."}], user="ana")
         mem.add([{"role": "user", "content": "I keep bees too."}], user="bob")
         docs = MemdbRetriever(mem=mem, user="ana", k=5).invoke("who keeps bees?")

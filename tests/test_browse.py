@@ -22,22 +22,19 @@ import memdb
 from memdb import browse
 from memdb.cli import main
 from memdb.db.connection import SCHEMA_VERSION
-from tests.conftest import HashEmbedder
+from tests.conftest import HashEmbedder, ScriptedLLM
 
 
-class ByTurnLLM:
-    """Replies with the atoms scripted for the turn being read (the prompt's "* " line), so each
-    turn yields its own atoms whatever the turns around it."""
+def by_turn(script: dict[str, list[str]]) -> ScriptedLLM:
+    """A model that replies with the atoms scripted for the turn being read (the prompt's "* "
+    line), so each turn yields its own atoms whatever the turns around it."""
 
-    name, sha256 = "by-turn", "0" * 64
-
-    def __init__(self, script: dict[str, list[str]]) -> None:
-        self.script = script
-
-    def complete(self, messages, *, schema, max_tokens):
+    def reply(messages: list[dict[str, str]]) -> str:
         current = [line for line in messages[-2]["content"].splitlines() if line.startswith("* ")][-1]
-        atoms = next((atoms for said, atoms in self.script.items() if said in current), [])
+        atoms = next((atoms for said, atoms in script.items() if said in current), [])
         return json.dumps({"a": atoms}, ensure_ascii=False)
+
+    return ScriptedLLM(reply)
 
 
 SCRIPT = {
@@ -51,7 +48,7 @@ SCRIPT = {
 def build(path: Path) -> dict[str, int]:
     """alice likes coffee, then hates it (a supersession); wang, in Chinese, plans a trip (an
     event) and likes chocolate cake. Returns the atom and turn ids by name."""
-    with memdb.open(path, embedder=HashEmbedder(), llm=ByTurnLLM(SCRIPT),
+    with memdb.open(path, embedder=HashEmbedder(), llm=by_turn(SCRIPT),
                     settings=memdb.Settings(extract_fill=False)) as mem:
         like_turn, hate_turn = (mem.add([{"role": "user", "name": "Alice", "content": said, "ts": ts}],
                                         user="alice", session="s1")[0]

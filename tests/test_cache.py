@@ -1,4 +1,4 @@
-"""The in-process search cache (cache.py): vector copies that stay exact while the file changes
+"""The in-process search cache (index/copies.py, index/keywords.py): vector copies that stay exact while the file changes
 under them, and the pruning of common query terms."""
 
 from __future__ import annotations

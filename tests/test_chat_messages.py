@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import memdb
+from tests.conftest import ScriptedLLM
 
 TRANSCRIPT = [
     {"role": "developer", "content": "You are a travel assistant."},
@@ -36,20 +37,13 @@ def test_an_openai_transcript_is_stored_as_is_with_tool_turns_kept_as_evidence(m
 
 
 def test_tool_and_assistant_turns_are_never_extracted(db_path, embedder):
-    asked: list[str] = []
-
-    class Recording:
-        name, sha256 = "recording", "0" * 64
-
-        def complete(self, messages, *, schema, max_tokens):
-            asked.append(messages[-2]["content"])
-            return '{"a": []}'
-
+    llm = ScriptedLLM('{"a": []}')
     every_turn = memdb.Settings(extract_rules_cover=1.0)  # the model reads every turn extraction keeps
-    with memdb.open(db_path, embedder=embedder, llm=Recording(), extract="now", settings=every_turn) as mem:
+    with memdb.open(db_path, embedder=embedder, llm=llm, extract="now", settings=every_turn) as mem:
         mem.add(TRANSCRIPT, user="alice")
         states = [row["state"] for row in mem.export("alice") if row["type"] == "turn"]
     assert ["skipped", "done", "skipped", "skipped", "skipped"] == states
+    asked = [messages[-2]["content"] for messages in llm.calls]
     assert 1 == len(asked) and "flying to Lisbon" in asked[0]
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from memdb import cli
-from tests.conftest import HashEmbedder
+from tests.conftest import HashEmbedder, ScriptedLLM
 from tests.test_endpoint import stub  # noqa: F401 - the stub OpenAI-compatible server, a fixture
 
 MESSAGES = [
@@ -72,13 +72,7 @@ def test_profile_and_events_empty(filled, capsys):
     assert (0, "(no events)\n") == run(capsys, "events", filled, "-u", "alice")[:2]
 
 
-class OneAtomLLM:
-    """A scripted model: one atom about the database for every turn it is asked about."""
-
-    name, sha256 = "one-atom", "0" * 64
-
-    def complete(self, messages, *, schema, max_tokens):
-        return '{"a":["Alice | 数据库是 | PostgreSQL"]}'
+ONE_ATOM = '{"a":["Alice | 数据库是 | PostgreSQL"]}'  # the scripted model's reply to every turn it is asked about
 
 
 def test_export_pairs_gives_each_extracted_turn_its_context_and_atoms(tmp_path, capsys):
@@ -86,7 +80,7 @@ def test_export_pairs_gives_each_extracted_turn_its_context_and_atoms(tmp_path, 
 
     db = str(tmp_path / "pairs.db")
     no_fill = memdb.Settings(extract_fill=False)  # only the scripted model's notes
-    with memdb.open(db, embedder=None, extract="now", llm=OneAtomLLM(), settings=no_fill) as mem:
+    with memdb.open(db, embedder=None, extract="now", llm=ScriptedLLM(ONE_ATOM), settings=no_fill) as mem:
         said = [{"role": "user", "name": "Alice", "content": "我们的数据库是 PostgreSQL，用了五年，很稳定。",
                  "ts": "2026-10-05T10:00:00"},
                 MESSAGES[1], {"role": "user", "name": "Alice", "content": "Thanks!", "ts": "2026-10-05T10:00:09"}]
@@ -145,14 +139,7 @@ def test_a_bad_jsonl_line_is_reported_with_its_own_line_number(tmp_path, capsys)
     code, _, err = _add(capsys, tmp_path / "x.db", source)
     assert (2, f"memdb: {source} line 4 is not JSON: Expecting property name enclosed in double quotes "
                "at column 2\n") == (code, err)
-    assert not (tmp_path / "x.db").exists() or 0 == _turns(tmp_path / "x.db")
-
-
-def _turns(db) -> int:
-    import memdb
-
-    with memdb.open(db, embedder=None) as mem:
-        return mem.stats()["turns"]
+    assert ["messages.jsonl"] == sorted(p.name for p in tmp_path.iterdir())  # the input is read before any file is made
 
 
 @pytest.mark.parametrize("argv", [["show", "{db}", "atom", "99999999999999999999"],
@@ -257,7 +244,7 @@ def test_stats_prints_readable_lines_and_json(filled, capsys):
 def test_demo_json_is_one_json_document(tmp_path, capsys, monkeypatch):
     import memdb
 
-    monkeypatch.setattr(memdb.Memory, "llm", lambda self: OneAtomLLM())
+    monkeypatch.setattr(memdb.Memory, "llm", lambda self: ScriptedLLM(ONE_ATOM))
     code, out, _ = run(capsys, "demo", str(tmp_path / "demo.db"), "--embedder", "none", "--json")
     shown = json.loads(out)
     assert 0 == code and 13 == shown["done"] + shown["skipped"]
@@ -270,7 +257,7 @@ def test_progress_bar_starts_at_zero_with_rate_and_eta(tmp_path):
     import memdb
 
     calls = []
-    with memdb.open(tmp_path / "p.db", embedder=None, extract="defer", llm=OneAtomLLM()) as mem:
+    with memdb.open(tmp_path / "p.db", embedder=None, extract="defer", llm=ScriptedLLM(ONE_ATOM)) as mem:
         mem.add([{"role": "user", "content": f"我们的数据库是 PostgreSQL {i}"} for i in range(8)], user="alice")
         mem.extract(progress=lambda done, total: calls.append((done, total)))
     assert [(0, 8), (6, 8), (8, 8)] == calls
@@ -370,7 +357,7 @@ def test_export_pairs_come_in_time_order_across_sessions(tmp_path, capsys):
     import memdb
 
     db = str(tmp_path / "p.db")
-    with memdb.open(db, embedder=None, extract="now", llm=OneAtomLLM()) as mem:
+    with memdb.open(db, embedder=None, extract="now", llm=ScriptedLLM(ONE_ATOM)) as mem:
         # session names sort the other way round from when they were said
         mem.add([{"role": "user", "content": "We ship the beta on Friday.", "ts": "2026-03-02T09:00:00"}],
                 user="alice", session="z-first")

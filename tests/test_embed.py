@@ -20,7 +20,7 @@ from memdb.models import minilm as minilm_mod
 from memdb.models import embedders
 from memdb.models import gguf
 from memdb.models import protocols
-from bench import minilm_gguf
+from tests import minilm_gguf
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "minilm_reference.json"
 
@@ -235,15 +235,6 @@ def test_gguf_conversion_reproduces_the_reference(
     assert model.name.startswith("minilm.gguf:")
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert _cosines(vectors, reference).min() >= 0.999  # measured 0.9995: llama.cpp cuts [SEP] off the long one
-
-
-def test_batches_bound_padding_and_size() -> None:
-    lengths = [3, 256, 5, 12, 10, 8] + [30] * 100
-    batches = list(minilm_mod._batches(lengths))
-    assert sorted(range(len(lengths))) == sorted(i for b in batches for i in b)
-    assert [0, 2, 5, 4, 3] == batches[0]  # the short ones together, sorted by length
-    assert [[1]] == [b for b in batches if 1 in b]  # the long one is not padding the others
-    assert all(len(b) <= minilm_mod.MAX_BATCH for b in batches)
 
 
 def test_gguf_that_llama_cpp_rejects_is_unavailable(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:

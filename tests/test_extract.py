@@ -19,6 +19,7 @@ from memdb.extraction import prompt
 from memdb.extraction import parse
 from memdb.extraction import prefilter
 from memdb.extraction import extract
+from tests.conftest import ScriptedLLM
 
 TS = "2023-05-08T13:56:00"  # a Monday
 MODEL_ONLY = Settings(extract_fill=False)
@@ -30,27 +31,13 @@ def model_only(turns, llm, **kwargs):
     return extract.extract(turns, llm, settings=MODEL_ONLY, **kwargs)
 
 
-class FakeLLM:
-    """Stands in for the local model: replies with scripted strings (or raises), in order, cycling."""
+# The pronouns the scripted model answers with (others are "they").
+PRONOUNS = {"Tobias": "he", "Beatrix": "she", "Rosalind": "she"}
 
-    name = "fake"
-    sha256 = "0" * 64
 
-    def __init__(self, *replies: object) -> None:
-        self.replies = list(replies)
-        self.calls: list[list[dict[str, str]]] = []
-
-    pronouns = {"Tobias": "he", "Beatrix": "she", "Rosalind": "she"}  # others are "they"
-
-    def complete(self, messages: list[dict[str, str]], *, schema: dict, max_tokens: int) -> str:
-        if "p" in schema.get("properties", {}):  # persons.Pronouns.ask: answered apart from the script
-            name = messages[1]["content"].removeprefix("Name: ")
-            return json.dumps({"p": self.pronouns.get(name, "they")})
-        reply = self.replies[len(self.calls) % len(self.replies)]
-        self.calls.append(messages)
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply  # type: ignore[return-value]
+def fake_llm(*replies: object) -> ScriptedLLM:
+    """The scripted model, replies in order and cycling, pronoun questions answered apart."""
+    return ScriptedLLM(*replies, pronouns=PRONOUNS)
 
 
 def turn(id_: int, content: str, speaker: str | None = "Rosalind", ts: str = TS, role: str = "user") -> records.Turn:
@@ -101,7 +88,7 @@ def test_prefilter_skips_assistant_and_tool_turns():
 
 
 def test_skipped_turns_never_reach_the_model():
-    llm = FakeLLM(reply())
+    llm = fake_llm(reply())
     _, outcomes = model_only([turn(1, "Hi!"), turn(2, "Thanks!")], llm)
     assert [] == llm.calls
     assert {1: ("skipped", "greeting"), 2: ("skipped", "thanks")} == {k: (v.state, v.reason) for k, v in outcomes.items()}
@@ -152,7 +139,7 @@ def test_parser_marks_malformed_atoms_instead_of_failing_the_reply():
 # --- retry, failure -----------------------------------------------------------------------------
 
 def test_invalid_output_is_retried_once_then_the_turns_fail_with_the_reason():
-    llm = FakeLLM("not json at all")
+    llm = fake_llm("not json at all")
     candidates, outcomes = model_only([turn(1, "I moved to Lisbon."), turn(2, "Hi!")], llm)
     assert 2 == len(llm.calls)
     assert [] == candidates
@@ -161,14 +148,14 @@ def test_invalid_output_is_retried_once_then_the_turns_fail_with_the_reason():
 
 
 def test_a_good_retry_recovers_the_turns():
-    llm = FakeLLM("{", reply("Rosalind | moved to | Lisbon"))
+    llm = fake_llm("{", reply("Rosalind | moved to | Lisbon"))
     candidates, outcomes = model_only([turn(1, "I moved to Lisbon.")], llm)
     assert (["Rosalind moved to Lisbon"], "done") == (texts(candidates), outcomes[1].state)
     assert "Reply with the JSON only." in llm.calls[1][-2]["content"]
 
 
 def test_a_crashing_model_call_fails_the_turns_and_never_raises():
-    llm = FakeLLM(RuntimeError("llama_decode returned -3"))
+    llm = fake_llm(RuntimeError("llama_decode returned -3"))
     _, outcomes = model_only([turn(1, "I moved to Lisbon.")], llm)
     assert ("failed", "invalid output after retry: model error: RuntimeError: llama_decode returned -3") == (
         outcomes[1].state, outcomes[1].reason)
@@ -176,7 +163,7 @@ def test_a_crashing_model_call_fails_the_turns_and_never_raises():
 
 def test_a_model_that_cannot_load_propagates_so_the_caller_keeps_turns_pending():
     with pytest.raises(ModelError):
-        model_only([turn(1, "I moved to Lisbon.")], FakeLLM(ModelError("no model")))
+        model_only([turn(1, "I moved to Lisbon.")], fake_llm(ModelError("no model")))
 
 
 # --- grounding ----------------------------------------------------------------------------------
@@ -192,27 +179,27 @@ def test_a_model_that_cannot_load_propagates_so_the_caller_keeps_turns_pending()
 ])
 def test_grounding_drops_unsupported_atoms_and_counts_why(atom, why):
     source = turn(1, "I went to a support group yesterday and it was so powerful.")
-    candidates, outcomes = model_only([source], FakeLLM(reply(atom, "Rosalind | went to | a support group")))
+    candidates, outcomes = model_only([source], fake_llm(reply(atom, "Rosalind | went to | a support group")))
     assert ["Rosalind went to a support group"] == texts(candidates)
     assert (2, {why: 1}) == (outcomes[1].proposed, outcomes[1].dropped)
 
 
 def test_grounding_allows_speaker_names_and_paraphrased_predicates():
     source = turn(1, "I'm keen on counseling or working in mental health.")
-    candidates, _ = model_only([source], FakeLLM(reply("Rosalind | wants to work in | mental health")))
+    candidates, _ = model_only([source], fake_llm(reply("Rosalind | wants to work in | mental health")))
     assert ["Rosalind wants to work in mental health"] == texts(candidates)
 
 
 def test_grounding_drops_a_chinese_atom_with_words_the_turn_never_said():
     source = turn(1, "我们后端用 Go，数据库是 PostgreSQL。", speaker=None)
-    candidates, outcomes = model_only([source], FakeLLM(reply("用户 | 喜欢 | 美式咖啡", "后端 | 用 | Go")))
+    candidates, outcomes = model_only([source], fake_llm(reply("用户 | 喜欢 | 美式咖啡", "后端 | 用 | Go")))
     assert ["后端用 Go"] == texts(candidates)
     assert {"words not in source": 1} == outcomes[1].dropped
 
 
 def test_atoms_go_to_the_turn_whose_words_they_share():
     turns = [turn(1, "I went to a support group yesterday."), turn(2, "I'm painting a lake sunrise.", speaker="Beatrix")]
-    candidates, _ = model_only(turns, FakeLLM(reply("Beatrix | is painting | a lake sunrise",
+    candidates, _ = model_only(turns, fake_llm(reply("Beatrix | is painting | a lake sunrise",
                                                          "Rosalind | went to | a support group")))
     assert {"Beatrix is painting a lake sunrise": [2], "Rosalind went to a support group": [1]} == {
         codec.canonical_text(c.record): c.turn_ids for c in candidates}
@@ -220,7 +207,7 @@ def test_atoms_go_to_the_turn_whose_words_they_share():
 
 def test_history_is_context_only_never_a_source():
     history = [turn(1, "I adopted two cats last month.", speaker="Beatrix")]
-    llm = FakeLLM(reply("Beatrix | adopted | two cats", "Rosalind | moved to | Lisbon"))
+    llm = fake_llm(reply("Beatrix | adopted | two cats", "Rosalind | moved to | Lisbon"))
     candidates, outcomes = model_only([turn(2, "I moved to Lisbon.")], llm, history=history, context=1)
     assert ["Rosalind moved to Lisbon"] == texts(candidates)
     assert {2} == set(outcomes)
@@ -229,7 +216,7 @@ def test_history_is_context_only_never_a_source():
 
 def test_by_default_history_only_lends_speaker_names():
     history = [turn(1, "I adopted two cats last month.", speaker="Beatrix")]
-    llm = FakeLLM(reply("Bea | moved to | Lisbon"))
+    llm = fake_llm(reply("Bea | moved to | Lisbon"))
     candidates, _ = model_only([turn(2, "Bea moved to Lisbon.")], llm, history=history)
     assert "* Rosalind: Bea moved to Lisbon." == llm.calls[0][-2]["content"]
     assert ["Beatrix moved to Lisbon"] == texts(candidates)
@@ -251,7 +238,7 @@ def test_by_default_history_only_lends_speaker_names():
     ("Rosalind | says pottery is her go-to for | pottery", "preference", "like"),
 ])
 def test_kind_and_sentiment_come_from_a_closed_set(atom, kind, sentiment):
-    candidates, _ = model_only([turn(1, "Pottery, pottery, pottery.")], FakeLLM(reply(atom)))
+    candidates, _ = model_only([turn(1, "Pottery, pottery, pottery.")], fake_llm(reply(atom)))
     assert (kind, sentiment) == (candidates[0].record["kind"], candidates[0].record.get("sentiment"))
 
 
@@ -267,7 +254,7 @@ def test_model_written_kinds_and_sentiments_are_mapped(model_kind, model_sentime
     atom = {"kind": model_kind, "subject": "Rosalind", "predicate": "has", "object": "pottery"}
     if model_sentiment:
         atom["sentiment"] = model_sentiment
-    candidates, _ = model_only([turn(1, "Pottery!!")], FakeLLM(json.dumps({"a": [atom]}, ensure_ascii=False)))
+    candidates, _ = model_only([turn(1, "Pottery!!")], fake_llm(json.dumps({"a": [atom]}, ensure_ascii=False)))
     assert (kind, sentiment) == (candidates[0].record["kind"], candidates[0].record.get("sentiment"))
 
 
@@ -284,20 +271,20 @@ def test_first_person_subjects_become_the_speaker(speaker, content, subject, exp
     zh = "里斯本" in content
     atom = f"{subject} | 搬到了 | 里斯本" if zh else f"{subject} | moved to | Lisbon"
     history = [turn(0, "Hello there", speaker="Beatrix")]
-    candidates, _ = model_only([turn(1, content, speaker=speaker)], FakeLLM(reply(atom)), history=history)
+    candidates, _ = model_only([turn(1, content, speaker=speaker)], fake_llm(reply(atom)), history=history)
     assert [expected] == texts(candidates)
 
 
 def test_a_short_form_of_a_speaker_name_becomes_the_name():
     history = [turn(0, "Hey Rosalind!", speaker="Beatrix")]
     source = turn(1, "Bea ran a charity race for mental health last Saturday.", speaker="Rosalind")
-    candidates, _ = model_only([source], FakeLLM(reply("Bea | ran | a charity race")), history=history)
+    candidates, _ = model_only([source], fake_llm(reply("Bea | ran | a charity race")), history=history)
     assert ["Beatrix ran a charity race"] == texts(candidates)
 
 
 def test_chinese_turns_give_chinese_atoms():
     source = turn(1, "我们后端用 Go，数据库是 PostgreSQL，禁止 ORM。对了上周三刚做完 v2 发布。", speaker="阿明")
-    llm = FakeLLM(reply("后端 | 用 | Go", "数据库 | 是 | PostgreSQL", "阿明 | 禁止 | ORM", "阿明 | 做完 | v2 发布 | 上周三",
+    llm = fake_llm(reply("后端 | 用 | Go", "数据库 | 是 | PostgreSQL", "阿明 | 禁止 | ORM", "阿明 | 做完 | v2 发布 | 上周三",
                         "阿明 | 负责 | 后端"))
     candidates, outcomes = model_only([source], llm)
     assert ["后端用 Go", "数据库是 PostgreSQL", "阿明禁止 ORM", "阿明做完 v2 发布"] == texts(candidates)
@@ -383,7 +370,7 @@ def test_find_returns_each_phrase_with_its_date():
 
 def test_an_event_keeps_the_time_words_and_gets_an_absolute_date():
     candidates, _ = model_only([turn(1, "I went to a support group yesterday.")],
-                                    FakeLLM(reply("I | went to | a support group | yesterday")))
+                                    fake_llm(reply("I | went to | a support group | yesterday")))
     assert {"kind": "event", "subject": "Rosalind", "predicate": "went to", "object": "a support group",
             "when": "yesterday", "date": "2023-05-07", "lang": "en", "attribute": "visited",
             "value": "support group"} == candidates[0].record
@@ -391,64 +378,64 @@ def test_an_event_keeps_the_time_words_and_gets_an_absolute_date():
 
 def test_a_time_phrase_left_in_the_object_moves_to_when():
     candidates, _ = model_only([turn(1, "I went to a support group yesterday.")],
-                                    FakeLLM(reply("Rosalind | went to | a support group yesterday")))
+                                    fake_llm(reply("Rosalind | went to | a support group yesterday")))
     assert ("a support group", "yesterday", "2023-05-07") == tuple(candidates[0].record.get(k) for k in ("object", "when", "date"))
 
 
 def test_a_last_slot_that_is_no_time_goes_back_into_the_object():
     candidates, _ = model_only([turn(1, "I'm off to go swimming with the kids.")],
-                                    FakeLLM(reply("Rosalind | is going | swimming with | the kids")))
+                                    fake_llm(reply("Rosalind | is going | swimming with | the kids")))
     assert ("swimming with the kids", None) == (candidates[0].record["object"], candidates[0].record.get("when"))
 
 
 def test_vague_times_stay_as_words_without_a_date():
     candidates, _ = model_only([turn(1, "I started pottery recently.")],
-                                    FakeLLM(reply("Rosalind | started | pottery | recently")))
+                                    fake_llm(reply("Rosalind | started | pottery | recently")))
     assert ("recently", None) == (candidates[0].record.get("when"), candidates[0].record.get("date"))
 
 
 def test_time_words_the_turn_never_said_are_dropped():
     candidates, _ = model_only([turn(1, "I went to a support group.")],
-                                    FakeLLM(reply("Rosalind | went to | a support group | last year")))
+                                    fake_llm(reply("Rosalind | went to | a support group | last year")))
     assert ("when" in candidates[0].record, "date" in candidates[0].record) == (False, False)
 
 
 def test_a_time_phrase_the_turn_never_said_is_cut_from_the_object():
     source = turn(1, "我们后端用 Go，禁止 ORM。对了上周三刚做完 v2 发布。", speaker=None, ts="2026-11-26T10:00:00")
-    candidates, _ = model_only([source], FakeLLM(reply("用户 | ORM | 前天刚做完 v2 发布")))
+    candidates, _ = model_only([source], fake_llm(reply("用户 | ORM | 前天刚做完 v2 发布")))
     assert ("event", "刚做完 v2 发布", "上周三", "2026-11-18") == tuple(
         candidates[0].record.get(k) for k in ("kind", "object", "when", "date"))
 
 
 def test_chinese_event_date_is_resolved():
     source = turn(1, "对了上周三刚做完 v2 发布。", speaker=None, ts="2026-11-26T10:00:00")  # a Thursday
-    candidates, _ = model_only([source], FakeLLM(reply("用户 | 做完 | v2 发布 | 上周三")))
+    candidates, _ = model_only([source], fake_llm(reply("用户 | 做完 | v2 发布 | 上周三")))
     assert ("event", "上周三", "2026-11-18") == tuple(candidates[0].record.get(k) for k in ("kind", "when", "date"))
 
 
 # --- confidence, duplicates, caps ----------------------------------------------------------------
 
 def test_hedged_statements_get_lower_confidence_than_direct_ones():
-    direct, _ = model_only([turn(1, "I moved to Lisbon.")], FakeLLM(reply("Rosalind | moved to | Lisbon")))
-    hedged, _ = model_only([turn(1, "Maybe I'll move to Lisbon.")], FakeLLM(reply("Rosalind | move to | Lisbon")))
+    direct, _ = model_only([turn(1, "I moved to Lisbon.")], fake_llm(reply("Rosalind | moved to | Lisbon")))
+    hedged, _ = model_only([turn(1, "Maybe I'll move to Lisbon.")], fake_llm(reply("Rosalind | move to | Lisbon")))
     assert (0.9, 0.6) == (direct[0].confidence, hedged[0].confidence)
 
 
 def test_repeated_atoms_merge_into_one_candidate():
-    candidates, outcomes = model_only([turn(1, "I moved to Lisbon.")], FakeLLM(reply(
+    candidates, outcomes = model_only([turn(1, "I moved to Lisbon.")], fake_llm(reply(
         "Rosalind | moved to | Lisbon", "Rosalind | moved to | Lisbon")))
     assert (["Rosalind moved to Lisbon"], {"duplicate": 1}) == (texts(candidates), outcomes[1].dropped)
 
 
 def test_every_turn_gets_an_outcome_and_every_candidate_is_valid():
     turns = [turn(1, "Hi!"), turn(2, "I moved to Lisbon."), turn(3, "What about you?"), turn(4, "I love tea.")]
-    candidates, outcomes = model_only(turns, FakeLLM(reply("Rosalind | moved to | Lisbon", "Rosalind | loves | tea")))
+    candidates, outcomes = model_only(turns, fake_llm(reply("Rosalind | moved to | Lisbon", "Rosalind | loves | tea")))
     assert {1: "skipped", 2: "done", 3: "skipped", 4: "done"} == {k: v.state for k, v in outcomes.items()}
     assert all(c.record == codec.validate(c.record) for c in candidates)
 
 
 def test_each_turn_is_its_own_model_call():
-    llm = FakeLLM(reply())
+    llm = fake_llm(reply())
     _, outcomes = model_only([turn(i, f"I moved to city number {i}.") for i in range(1, 6)], llm)
     assert (5, {"done"}) == (len(llm.calls), {o.state for o in outcomes.values()})
 
@@ -491,11 +478,14 @@ _JSONISH = st.recursive(
        | _JSONISH.map(lambda v: json.dumps(v)[: len(json.dumps(v)) // 2]))
 def test_random_and_jsonish_garbage_never_breaks_extraction(raw):
     atoms, error = parse.parse_output(raw, 2)
-    assert isinstance(atoms, list) and (error is None or isinstance(error, str))
+    if error is not None:  # unusable as a whole: no atoms, and a reason
+        assert ([], str) == (atoms, type(error)) and error
+    assert isinstance(atoms, list)
     turns = [turn(1, "I went to a support group yesterday. I love tea."), turn(2, "我喜欢茶。", speaker="Beatrix")]
-    candidates, outcomes = model_only(turns, FakeLLM(raw))
+    candidates, outcomes = model_only(turns, fake_llm(raw))
     assert {1, 2} == set(outcomes)
-    assert all(o.state in ("done", "failed") and (o.state == "done" or o.reason) for o in outcomes.values())
+    assert {"done", "failed"} >= {o.state for o in outcomes.values()}
+    assert [] == [o for o in outcomes.values() if o.state == "failed" and not o.reason]  # a failure says why
     for cand in candidates:
         assert cand.record == codec.validate(cand.record)
         assert 0 <= cand.confidence <= 1 and set(cand.turn_ids) <= {1, 2}
@@ -504,7 +494,7 @@ def test_random_and_jsonish_garbage_never_breaks_extraction(raw):
 def test_huge_and_deep_replies_are_refused_without_crashing():
     for raw in ['{"a":[' + ",".join(['"Rosalind | went to | a support group"'] * 5000) + "]}",
                 "[" * 100_000, '{"a":' * 5000 + "1" + "}" * 5000]:
-        candidates, outcomes = model_only([turn(1, "I went to a support group.")], FakeLLM(raw))
+        candidates, outcomes = model_only([turn(1, "I went to a support group.")], fake_llm(raw))
         assert len(candidates) <= prompt.MAX_ATOMS_PER_TURN
         assert outcomes[1].state in ("done", "failed")
 
@@ -597,7 +587,7 @@ def test_the_tense_of_the_sentence_picks_the_year(phrase, future, expected):
 
 def test_a_plan_said_in_june_for_august_is_dated_this_august():
     source = turn(1, "My partner Emil and I are moving to Denver in August!", speaker="Tobias", ts="2026-06-25T10:00:00")
-    candidates, _ = model_only([source], FakeLLM(reply("Tobias | is moving to | Denver | in August")))
+    candidates, _ = model_only([source], fake_llm(reply("Tobias | is moving to | Denver | in August")))
     assert [("Tobias is moving to Denver", "event", "2026-08")] == [
         (codec.canonical_text(c.record), c.record["kind"], c.record.get("date")) for c in candidates]
 
@@ -605,7 +595,7 @@ def test_a_plan_said_in_june_for_august_is_dated_this_august():
 def test_first_and_second_person_become_the_names_they_stand_for():
     history = [turn(1, "How is your family?", speaker="Rosalind")]
     source = turn(2, "Great! My sister just visited, and she loved the painting you gave me.", speaker="Beatrix")
-    llm = FakeLLM(reply("Beatrix | hosted | my sister", "Beatrix's sister | loved | the painting you gave me"))
+    llm = fake_llm(reply("Beatrix | hosted | my sister", "Beatrix's sister | loved | the painting you gave me"))
     candidates, _ = model_only([source], llm, history=history)
     assert ["Beatrix hosted her sister", "Beatrix's sister loved the painting Rosalind gave her"] == texts(candidates)
 
@@ -624,20 +614,20 @@ def test_first_and_second_person_become_the_names_they_stand_for():
 ])
 def test_the_gate_drops_what_no_note_taker_keeps(content, atom, why):
     history = [turn(1, "Hi Bea!", speaker="Rosalind")]
-    candidates, outcomes = model_only([turn(2, content, speaker="Beatrix")], FakeLLM(reply(atom)), history=history)
+    candidates, outcomes = model_only([turn(2, content, speaker="Beatrix")], fake_llm(reply(atom)), history=history)
     assert ([], {why: 1}) == (texts(candidates), outcomes[2].dropped)
 
 
 def test_glued_words_are_cut_and_the_rest_kept():
     source = turn(1, "I'm a data scientist, mostly Python, and I basically live in Jupyter notebooks.", speaker="Tobias")
-    llm = FakeLLM(reply("Tobias | is | data scientist mostly Python andIBasicallyliveinJupyter"))
+    llm = fake_llm(reply("Tobias | is | data scientist mostly Python andIBasicallyliveinJupyter"))
     assert ["Tobias is data scientist mostly Python"] == texts(model_only([source], llm)[0])
 
 
 def test_a_request_to_an_assistant_keeps_the_rule_without_the_you():
     history = [turn(1, "有什么可以帮你？", speaker="AI", role="assistant")]
     source = turn(2, "我们组不用 ORM，所以你给我写代码千万别用 ORM。", speaker="林晓")
-    candidates, _ = model_only([source], FakeLLM(reply("林晓 | 要求 | 你写代码别用 ORM")), history=history)
+    candidates, _ = model_only([source], fake_llm(reply("林晓 | 要求 | 你写代码别用 ORM")), history=history)
     assert [("林晓要求写代码别用 ORM", "constraint")] == [(codec.canonical_text(c.record), c.record["kind"]) for c in candidates]
 
 
@@ -645,14 +635,14 @@ def test_a_request_to_an_assistant_keeps_the_rule_without_the_you():
 
 def test_what_the_model_skips_is_taken_from_the_turn_itself():
     source = turn(1, "Yeah! I went to a LGBTQ support group yesterday and it was so powerful.")
-    candidates, _ = extract.extract([source], FakeLLM(reply()))
+    candidates, _ = extract.extract([source], fake_llm(reply()))
     assert [("Rosalind went to a LGBTQ support group", "event", "2023-05-07")] == [
         (codec.canonical_text(c.record), c.record["kind"], c.record.get("date")) for c in candidates]
 
 
 def test_a_statement_the_model_covered_is_not_taken_twice():
     source = turn(1, "I went to a LGBTQ support group yesterday.")
-    candidates, _ = extract.extract([source], FakeLLM(reply("Rosalind | went to | a LGBTQ support group | yesterday")))
+    candidates, _ = extract.extract([source], fake_llm(reply("Rosalind | went to | a LGBTQ support group | yesterday")))
     assert ["Rosalind went to a LGBTQ support group"] == texts(candidates)
 
 
@@ -663,12 +653,12 @@ def test_a_statement_the_model_covered_is_not_taken_twice():
 ])
 def test_small_talk_gives_no_notes_of_its_own(content):
     history = [turn(1, "I ran a charity race last Saturday.", speaker="Beatrix")]
-    assert [] == texts(extract.extract([turn(2, content)], FakeLLM(reply()), history=history)[0])
+    assert [] == texts(extract.extract([turn(2, content)], fake_llm(reply()), history=history)[0])
 
 
 def test_a_chinese_statement_the_model_skipped_becomes_a_note_about_the_speaker():
     source = turn(1, "有，我对虾过敏，虾仁、虾滑都不能碰。", speaker="林晓", ts="2026-09-22T20:00:00")
-    candidates, _ = extract.extract([source], FakeLLM(reply()))
+    candidates, _ = extract.extract([source], fake_llm(reply()))
     assert [("林晓", "林晓对虾过敏，虾仁、虾滑都不能碰", "constraint")] == [
         (c.record["subject"], codec.canonical_text(c.record), c.record["kind"]) for c in candidates]
 
@@ -682,13 +672,13 @@ def test_sentences_are_cut_at_their_ends_not_inside_numbers_or_file_names():
 def test_a_person_named_mid_sentence_is_the_subject_of_what_the_turn_says_of_them():
     source = turn(1, "Perfect, we already run vLLM. Oh, and Anika told us today she's leaving in September to join a startup.",
                   speaker="Tobias", ts="2026-07-02T10:00:00")
-    candidates, _ = extract.extract([source], FakeLLM(reply("Tobias | runs | vLLM")))
+    candidates, _ = extract.extract([source], fake_llm(reply("Tobias | runs | vLLM")))
     assert ("Anika", "2026-09") in [(c.record["subject"], c.record.get("date")) for c in candidates]
 
 
 def test_a_chinese_she_after_a_named_person_is_that_person():
     source = turn(1, "晚上一般不喝了，要陪豆豆。她是我女儿，今年6岁，这学期刚上一年级。", speaker="林晓", ts="2026-09-02T20:00:00")
-    candidates, _ = extract.extract([source], FakeLLM(reply()))
+    candidates, _ = extract.extract([source], fake_llm(reply()))
     assert ("豆豆", "豆豆是林晓的女儿，6岁，这学期刚上一年级") in [  # "今年" is the note's time, not its text
         (c.record["subject"], codec.canonical_text(c.record)) for c in candidates]
 
@@ -699,7 +689,7 @@ def test_national_day_is_october_of_the_year_the_sentence_means():
 
 def test_a_note_from_the_turn_has_a_verb_and_an_object_for_the_lifecycle_to_compare():
     source = turn(1, "Big news: I'm moving to Denver in August!", speaker="Tobias", ts="2026-06-25T10:00:00")
-    (note,) = extract.extract([source], FakeLLM(reply()))[0]
+    (note,) = extract.extract([source], fake_llm(reply()))[0]
     assert ("Tobias", "is moving to", "Denver", "2026-08") == (
         note.record["subject"], note.record["predicate"], note.record["object"], note.record.get("date"))
 
@@ -730,18 +720,18 @@ def test_weekdays_and_days_of_the_month_are_read_in_their_sentence(phrase, ts, f
 ])
 def test_a_note_from_chat_puts_the_speaker_first_and_spells_out_contractions(content, expected):
     source = turn(1, content, speaker="Tobias", ts="2026-06-10T10:00:00")
-    assert [expected] == texts(extract.extract([source], FakeLLM(reply()))[0])
+    assert [expected] == texts(extract.extract([source], fake_llm(reply()))[0])
 
 
 def test_a_note_whose_object_only_repeats_its_subject_is_dropped():
     source = turn(1, "It's on the 21st next month, my first one ever.", speaker="Tobias", ts="2026-05-27T10:00:00")
-    candidates, outcomes = model_only([source], FakeLLM(reply("my first one ever | | my first one ever")))
+    candidates, outcomes = model_only([source], fake_llm(reply("my first one ever | | my first one ever")))
     assert ([], {"repeats its subject": 1}) == (texts(candidates), outcomes[1].dropped)
 
 
 def test_a_liking_taken_from_the_turn_is_a_preference_with_its_polarity():
     source = turn(1, "I love sci-fi movies, especially Interstellar and Blade Runner 2049.", speaker="Bob")
-    (note,) = extract.extract([source], FakeLLM(reply()))[0]
+    (note,) = extract.extract([source], fake_llm(reply()))[0]
     assert ("Bob", "loves", "preference", "like") == (
         note.record["subject"], note.record["predicate"], note.record["kind"], note.record.get("sentiment"))
 
@@ -749,21 +739,21 @@ def test_a_liking_taken_from_the_turn_is_a_preference_with_its_polarity():
 def test_a_chinese_note_keeps_its_facts_without_the_small_talk_around_them():
     history = [turn(1, "有什么可以帮你？", speaker="AI", role="assistant")]
     source = turn(2, "你好呀～我叫林晓，在一家做支付的公司写后端，主要用 Go。帮我看看这个查询怎么优化？谢谢🙏", speaker="林晓")
-    llm = FakeLLM(reply("林晓 | | 你好呀～我叫林晓，在一家做支付的公司写后端，主要用 Go"))
+    llm = fake_llm(reply("林晓 | | 你好呀～我叫林晓，在一家做支付的公司写后端，主要用 Go"))
     assert ["林晓在一家做支付的公司写后端，主要用 Go"] == texts(model_only([source], llm, history=history)[0])
 
 
 def test_a_chinese_note_of_only_small_talk_is_dropped():
     history = [turn(1, "有什么可以帮你？", speaker="AI", role="assistant")]
     source = turn(2, "对了，明天 staging 要重启，记一下。谢谢🙏 好了我去开早会了，回头聊。", speaker="林晓")
-    candidates, outcomes = model_only([source], FakeLLM(reply("林晓 | | 谢谢🙏 好了我去开早会了，回头聊")), history=history)
+    candidates, outcomes = model_only([source], fake_llm(reply("林晓 | | 谢谢🙏 好了我去开早会了，回头聊")), history=history)
     assert ([], {"small talk": 1}) == (texts(candidates), outcomes[2].dropped)
 
 
 def test_a_chinese_line_glued_from_words_the_turn_never_said_gives_way_to_the_turn_s_clause():
     source = turn(1, "8月我们全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画。下个月中旬我要去杭州出差。",
                   speaker="林晓", ts="2026-09-02T10:00:00")
-    llm = FakeLLM(reply("林晓 | 希望在青岛画个够， | 希望在杭州出差 | 8月"))
+    llm = fake_llm(reply("林晓 | 希望在青岛画个够， | 希望在杭州出差 | 8月"))
     candidates, outcomes = extract.extract([source], llm, settings=Settings(extract_rules_cover=1.0))
     assert "not the turn's words" in outcomes[1].dropped
     assert ("8月林晓全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画", "2026-08") in [
@@ -781,7 +771,7 @@ def test_a_digit_inside_chinese_is_checked_as_a_number_not_as_the_whole_run():
 def test_a_sentence_that_only_dates_the_one_before_lends_it_its_date():
     source = turn(1, "Oh, and I finally signed up for a half marathon. It's on the 21st next month, my first one ever.",
                   speaker="Tobias", ts="2026-05-27T08:50:00")
-    candidates, outcomes = extract.extract([source], FakeLLM(reply()))
+    candidates, outcomes = extract.extract([source], fake_llm(reply()))
     assert [("Tobias finally signed up for a half marathon", "2026-06-21")] == [
         (codec.canonical_text(c.record), c.record.get("date")) for c in candidates]
     assert {"dates the note before": 1} == outcomes[1].dropped
@@ -789,19 +779,19 @@ def test_a_sentence_that_only_dates_the_one_before_lends_it_its_date():
 
 def test_a_time_that_is_all_the_object_says_dates_the_note_and_keeps_its_words():
     source = turn(1, "Been training since March.", speaker="Tobias", ts="2026-05-27T08:50:00")
-    (note,) = extract.extract([source], FakeLLM(reply()))[0]
+    (note,) = extract.extract([source], fake_llm(reply()))[0]
     assert ("Tobias has been training since March", "2026-03") == (codec.canonical_text(note.record), note.record.get("date"))
 
 
 def test_a_turn_the_rules_cover_is_not_sent_to_the_model():
-    llm = FakeLLM(reply("Tobias | likes | something else"))
+    llm = fake_llm(reply("Tobias | likes | something else"))
     source = turn(1, "I'm moving to Denver in August with my partner Emil.", speaker="Tobias", ts="2026-06-25T10:00:00")
     candidates, _ = extract.extract([source], llm)
     assert ([], ["Tobias is moving to Denver with his partner Emil"]) == (llm.calls, texts(candidates))
 
 
 def test_a_turn_the_rules_cover_poorly_goes_to_the_model():
-    llm = FakeLLM(reply("Tobias | prefers | green tea"))
+    llm = fake_llm(reply("Tobias | prefers | green tea"))
     candidates, _ = extract.extract([turn(1, "Green tea, every single time.", speaker="Tobias")], llm)
     assert (1, ["Tobias prefers green tea"]) == (len(llm.calls), texts(candidates))
 
@@ -809,6 +799,6 @@ def test_a_turn_the_rules_cover_poorly_goes_to_the_model():
 def test_the_listeners_name_on_a_turn_that_only_calls_them_is_the_models_slip():
     history = [turn(0, "How long have you two been together?", speaker="Beatrix")]
     source = turn(1, "Seven years already! Thanks, Beatrix!", speaker="Rosalind")
-    candidates, outcomes = model_only([source], FakeLLM(reply("Beatrix | has been married | seven years")), history=history)
+    candidates, outcomes = model_only([source], fake_llm(reply("Beatrix | has been married | seven years")), history=history)
     assert [] == texts(candidates)
     assert "the listener's name on the speaker's words" in outcomes[1].dropped

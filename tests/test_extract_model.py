@@ -43,7 +43,7 @@ def test_chinese_turn_gives_grounded_chinese_atoms_with_a_dated_release(llm):
         assert ([41], "zh") == (cand.turn_ids, cand.record["lang"])
         assert None is ground.ground(cand.record, turn.content, {"用户"})
     lines = " ".join(codec.canonical_text(c.record) for c in candidates)
-    assert "Go" in lines or "PostgreSQL" in lines
+    assert ["Go", "PostgreSQL", "ORM"] == [w for w in ("Go", "PostgreSQL", "ORM") if w in lines], lines  # the whole stack
     release = [c for c in candidates if "v2" in codec.canonical_text(c.record) or "发布" in codec.canonical_text(c.record)]
     assert release, lines
     assert ("上周三", "2026-11-18") == (release[0].record.get("when"), release[0].record.get("date"))

@@ -9,7 +9,6 @@ made of the other users' own words, which match in FTS and vectors if scoping le
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass, field
 
 import pytest
@@ -25,7 +24,7 @@ SHARED = ["coffee", "harbour", "ferry", "piano", "garden", "咖啡", "公园", "
 KINDS = ["fact", "preference", "constraint", "event"]
 
 def _accepted(name: str) -> bool:
-    # Names memdb refuses (invisible characters, a mark first: tests/test_attacks.py) are not this test's.
+    """Whether memdb takes name as a user (checks.check_name: printable, nothing invisible)."""
     try:
         checks.check_name(name, "user")
     except memdb.InvalidInput:
@@ -34,6 +33,7 @@ def _accepted(name: str) -> bool:
 
 
 # Users whose names are easy to confuse with one another: scoping must compare them exactly.
+# Random names are drawn among those memdb accepts (a refused name is test_hostile's concern).
 user_names = st.lists(
     st.sampled_from(["alice", "Alice", "alice ", " alice", "al'ice", "a%", "_", "bob", "用户", "😀"])
     | st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp")),

@@ -28,7 +28,7 @@ def minilm():
 @pytest.fixture(params=[2_000, 1], ids=["vec0", "copied"])
 def mini(tmp_path, minilm, request):
     """A Memory with MiniLM vectors; dedup ranks them through vec0, or (copied) through the
-    in-memory copy of cache.py, which every user has here."""
+    in-memory copy of index/copies.py, which every user has here."""
     settings = Settings(vector_copy_min=request.param)
     with memdb.open(tmp_path / "mini.db", user="alice", embedder=minilm, extract="defer", settings=settings) as m:
         yield m

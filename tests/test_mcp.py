@@ -11,22 +11,18 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 import memdb
 from memdb.cli import main
+from tests.conftest import ScriptedLLM
 from tests.test_browse import build
 from tests.test_endpoint import stub  # noqa: F401 - the stub OpenAI-compatible server, a fixture
 
 
-class ScriptedLLM:
-    """One atom for every turn extraction asks about: the file gets atoms without the real model."""
-
-    name, sha256 = "scripted", "0" * 64
-
-    def complete(self, messages, *, schema, max_tokens):
-        return '{"a":["Alice | likes | science fiction movies", "Alice | trip to Kyoto | on 2026-03-14"]}'
+# The scripted model's reply to every turn extraction asks about: atoms without the real model.
+REPLY = '{"a":["Alice | likes | science fiction movies", "Alice | trip to Kyoto | on 2026-03-14"]}'
 
 
 def filled(tmp_path) -> str:
     db = str(tmp_path / "agent.db")
-    with memdb.open(db, embedder=None, llm=ScriptedLLM(), settings=memdb.Settings(extract_fill=False)) as mem:
+    with memdb.open(db, embedder=None, llm=ScriptedLLM(REPLY), settings=memdb.Settings(extract_fill=False)) as mem:
         mem.add([{"role": "user", "name": "Alice", "content": "I love science fiction movies; off to Kyoto on 2026-03-14."}],
                 user="alice", ts="2026-01-10T09:00:00")
         mem.add([{"role": "user", "content": "Bob's secret: he keeps bees on the roof."}], user="bob")

@@ -183,9 +183,10 @@ def test_a_read_only_file_says_it_is_read_only(db_path, embedder):
 
 
 def test_a_bound_memory_extracts_the_turns_of_the_user_an_add_names(db_path, embedder):
-    from tests.test_hostile import GOOD, FakeLLM
+    from tests.conftest import ScriptedLLM
+    from tests.test_hostile import GOOD
 
-    with memdb.open(db_path, user="alice", embedder=embedder, llm=FakeLLM([GOOD])) as mem:
+    with memdb.open(db_path, user="alice", embedder=embedder, llm=ScriptedLLM(GOOD)) as mem:
         ids = mem.add([{"role": "user", "name": "Ana", "content": "I moved to Lisbon last spring."},
                        {"role": "user", "name": "Ana", "content": "I like green tea."}], user="ana")
         assert ["done", "done"] == [t["state"] for t in mem.turns(ids, user="ana")]

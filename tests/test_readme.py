@@ -12,19 +12,14 @@ import pytest
 
 import memdb
 from memdb.models import llama
+from tests.conftest import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 
 
-class ScriptedLLM:
-    """Stands in for the bundled model: one note per turn it is asked about."""
-
-    name, sha256 = "scripted", "0" * 64
-
-    def complete(self, messages, *, schema, max_tokens):
-        return '{"a":["Alice | uses | PostgreSQL"]}'
+REPLY = '{"a":["Alice | uses | PostgreSQL"]}'  # the scripted model's one note per turn it is asked about
 
 
 def test_the_readme_has_python_blocks():
@@ -34,7 +29,7 @@ def test_the_readme_has_python_blocks():
 @pytest.mark.parametrize("source", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 def test_each_python_block_runs(source, tmp_path, monkeypatch, cache, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(llama, "load_llm", lambda spec=None, threads=None: ScriptedLLM())
+    monkeypatch.setattr(llama, "load_llm", lambda spec=None, threads=None: ScriptedLLM(REPLY))
 
     def no_tokenizer(counter, line):  # the bundled tokenizer would assemble the 491 MB model
         raise RuntimeError("no model in this test")
@@ -57,7 +52,7 @@ def test_the_distribution_name_is_not_the_taken_one_and_every_install_line_uses_
 def test_the_demos_closing_hint_is_valid_sql(tmp_path, capsys, monkeypatch):
     from memdb import cli
 
-    monkeypatch.setattr(memdb.Memory, "llm", lambda self: ScriptedLLM())
+    monkeypatch.setattr(memdb.Memory, "llm", lambda self: ScriptedLLM(REPLY))
     db = tmp_path / "demo.db"
     assert 0 == cli.main(["demo", str(db), "--embedder", "none"])
     hint = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("inspect it:"))

@@ -26,7 +26,7 @@ import memdb
 from memdb import text
 from memdb.db import connection
 from memdb.db import rows as db_rows
-from tests.conftest import HashEmbedder
+from tests.conftest import HashEmbedder, ScriptedLLM
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = [{"content": f"message {i} about the harbour ferry"} for i in range(5)]
@@ -184,29 +184,27 @@ def test_threads_sharing_one_memory_lose_nothing(mem):
         assert list(range(1, 51)) == [r["seq"] for r in mem.turns(got, user=name)]
 
 
-class HookedLLM:
-    """A scripted model that runs `during` while it "thinks": another connection acting on the
-    same file between the moment extraction read its turns and the moment it writes."""
+def hooked(during: Callable[[], object] = lambda: None) -> ScriptedLLM:
+    """A scripted model that runs `during` at its first call, while it "thinks": another
+    connection acting on the same file between the moment extraction read its turns and the
+    moment it writes."""
+    pending = [during]
 
-    name = "hooked-llm"
-    sha256 = "h" * 64
-
-    def __init__(self, during: Callable[[], object] = lambda: None) -> None:
-        self.during = during
-
-    def complete(self, messages: list[dict[str, str]], *, schema: dict, max_tokens: int) -> str:
-        self.during()
-        self.during = lambda: None
+    def reply(messages: list[dict[str, str]]) -> str:
+        while pending:
+            pending.pop()()
         return '{"a":[{"kind":"fact","subject":"Ana","predicate":"keeps","object":"a rose garden"}]}'
+
+    return ScriptedLLM(reply)
 
 
 ROSE = [{"role": "user", "name": "Ana", "content": "Roses behind the house, forty of them."}]  # left to the model
 
 
 def test_two_processes_extracting_the_same_turns_absorb_them_once(db_path):
-    with memdb.open(db_path, embedder=HashEmbedder(), extract="defer", llm=HookedLLM()) as second, \
+    with memdb.open(db_path, embedder=HashEmbedder(), extract="defer", llm=hooked()) as second, \
             memdb.open(db_path, embedder=HashEmbedder(), extract="defer",
-                       llm=HookedLLM(during=lambda: second.extract())) as first:  # the other one finishes first
+                       llm=hooked(during=lambda: second.extract())) as first:  # the other one finishes first
         ids = first.add(ROSE, user="ana")
         counts = first.extract()
         (atom,) = first.profile("ana")
@@ -217,7 +215,7 @@ def test_two_processes_extracting_the_same_turns_absorb_them_once(db_path):
 def test_a_turn_forgotten_while_the_model_runs_gets_no_atom(db_path):
     with memdb.open(db_path, embedder=HashEmbedder(), extract="defer") as other, \
             memdb.open(db_path, embedder=HashEmbedder(), extract="defer",
-                       llm=HookedLLM(during=lambda: other.forget(turn_id=tid, user="ana"))) as mem:
+                       llm=hooked(during=lambda: other.forget(turn_id=tid, user="ana"))) as mem:
         (tid,) = mem.add(ROSE, user="ana")
         mem.extract()  # must not raise, nor write an atom citing a turn that is gone
         assert ([], 0) == (mem.profile("ana"), mem.stats()["atoms"])
@@ -280,20 +278,22 @@ CALLS: dict[str, Callable[[memdb.Memory], object]] = {
 }
 
 
-@pytest.mark.parametrize("victim", ["turns", "turns_fts_data", "turns_vec_vector_chunks00", "sqlite_schema"])
-def test_a_damaged_file_is_left_untouched_by_open_and_fails_with_memdb_errors(tmp_path, victim):
+# A damaged schema is found at open; damaged data pages only when a call reads them.
+@pytest.mark.parametrize("victim, refused_at_open", [
+    ("turns", False), ("turns_fts_data", False), ("turns_vec_vector_chunks00", False), ("sqlite_schema", True)])
+def test_a_damaged_file_is_left_untouched_by_open_and_fails_with_memdb_errors(tmp_path, victim, refused_at_open):
     path = tmp_path / "damaged.db"
     before = _damaged_file(path, victim)
-    try:
-        memdb.open(path, embedder=HashEmbedder(), extract="defer").close()
-    except memdb.SchemaError as exc:  # found at open: a clear error
-        assert "untouched" in str(exc) or "not a" in str(exc)
-    assert before == path.read_bytes()
-    try:
-        mem = memdb.open(path, embedder=HashEmbedder(), extract="defer")
-    except memdb.SchemaError:
+    if refused_at_open:
+        with pytest.raises(memdb.SchemaError) as refused:
+            memdb.open(path, embedder=HashEmbedder(), extract="defer")
+        assert (f"{str(path)!r} is not a readable SQLite file (file is not a database); it was left untouched"
+                == str(refused.value))
+        assert before == path.read_bytes()
         return
-    with mem:
+    memdb.open(path, embedder=HashEmbedder(), extract="defer").close()
+    assert before == path.read_bytes()
+    with memdb.open(path, embedder=HashEmbedder(), extract="defer") as mem:
         for name, call in CALLS.items():
             try:
                 call(mem)

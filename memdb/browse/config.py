@@ -12,6 +12,7 @@ import html
 from typing import Any
 
 from .. import codec
+from ..db import rows
 
 PLUGIN = "memdb"
 
@@ -77,14 +78,7 @@ QUERIES: dict[str, tuple[str, str, str]] = {
         "One atom's history",
         "Every version of the fact an atom belongs to, oldest first: what it was, what replaced it "
         "and when, and what was said that replaced it. Give any atom id of the chain.",
-        """with recursive chain("id") as (
-    select cast(:atom_id as integer)
-    union
-    select a."id" from "atoms" a join chain c on a."superseded_by" = c."id"
-    union
-    select a."superseded_by" from "atoms" a join chain c on a."id" = c."id"
-    where a."superseded_by" is not null
-)
+        rows.CHAIN_CTE.strip().replace("select ?", "select cast(:atom_id as integer)", 1) + """
 select a."id", a."user", k."name" as "kind", a."text", st."name" as "status",
        a."first_seen", a."last_seen", a."seen",
        a."valid_to" as "replaced_at", a."superseded_by" as "replaced_by", n."text" as "replaced_by_text",

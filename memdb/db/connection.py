@@ -305,6 +305,6 @@ def create_vectors(conn: apsw.Connection, name: str, dim: int) -> None:
 
 def vectors_changed(conn: apsw.Connection) -> None:
     """Record that vectors were deleted or rebuilt, not only added: in-process copies of
-    them (cache.py) reload instead of appending. Call inside write()."""
+    them (index/copies.py) reload instead of appending. Call inside write()."""
     epoch = meta_int(conn, "vectors_epoch")
     set_meta(conn, "vectors_epoch", str(epoch + 1))

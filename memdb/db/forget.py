@@ -16,8 +16,8 @@ from .. import codec
 from . import connection, rows
 
 # Above this many rows, deleting with tombstones and then rewriting the FTS index once
-# ('optimize') is faster than removing each row's terms in place (measured: forgetting 2,000 of
-# 10,000 turns took 3.4 s in place, 0.4 s with one optimize; single rows cost ~5 ms either way).
+# ('optimize') is faster than removing each row's terms in place, several times so at
+# thousands of rows; for a few rows both cost about the same.
 BULK_DELETE_ROWS = 200
 
 
@@ -91,14 +91,21 @@ def _prefix_left(conn: apsw.Connection, table: str, terms: set[str]) -> bool:
     return False
 
 
-def delete_atoms(conn: apsw.Connection, atom_ids: Sequence[int]) -> None:
-    """Delete atoms with their FTS rows and vectors (sources and conflicts cascade). What they
-    decided about other atoms goes too: an atom left with no conflict partner is plain active
-    again, and an atom they had superseded holds again, or is superseded by their successor."""
+def _before_deleting(conn: apsw.Connection) -> bool:
+    """What every delete does first: keep ids from being reused, and tell in-memory vector
+    copies to reload. Whether the file has vector tables."""
     rows.remember_high_ids(conn)
     vectors = connection.has_vectors(conn)
     if vectors:
         connection.vectors_changed(conn)
+    return vectors
+
+
+def delete_atoms(conn: apsw.Connection, atom_ids: Sequence[int]) -> None:
+    """Delete atoms with their FTS rows and vectors (sources and conflicts cascade). What they
+    decided about other atoms goes too: an atom left with no conflict partner is plain active
+    again, and an atom they had superseded holds again, or is superseded by their successor."""
+    vectors = _before_deleting(conn)
     partners: set[int] = set()
     relinks = _relinks(conn, set(atom_ids))
     with scrubbed_fts(conn, "atoms_fts", atom_ids):
@@ -142,10 +149,7 @@ def _relinks(conn: apsw.Connection, deleted: set[int]) -> list[tuple[int, int | 
 
 def delete_turns(conn: apsw.Connection, turn_ids: Sequence[int]) -> None:
     """Delete turns with their FTS rows and vectors, and the atoms left with no source."""
-    rows.remember_high_ids(conn)
-    vectors = connection.has_vectors(conn)
-    if vectors:
-        connection.vectors_changed(conn)
+    vectors = _before_deleting(conn)
     orphans: set[int] = set()
     with scrubbed_fts(conn, "turns_fts", turn_ids):
         for turn_id in turn_ids:

@@ -69,16 +69,11 @@ def scenario_of(conn: apsw.Connection, atom_id: int) -> int | None:
 
 def scenarios_of(conn: apsw.Connection, atom_ids: Sequence[int]) -> dict[int, int]:
     """{atom id: its scenario id} for those of atom_ids that belong to one."""
-    return _pairs(conn, 'select "atom_id", "scenario_id" from "scenario_atoms" where "atom_id" in ({})', atom_ids)
+    return _pairs(conn, f'select "atom_id", "scenario_id" from "scenario_atoms" where "atom_id" in {rows.EACH}', atom_ids)
 
 
 def _pairs(conn: apsw.Connection, sql: str, ids: Sequence[int]) -> dict[int, int]:
-    # SQLite binds at most 32,766 values per statement: ask in parts.
-    out: dict[int, int] = {}
-    for i in range(0, len(ids), 500):
-        part = list(ids[i:i + 500])
-        out.update(conn.execute(sql.format(",".join("?" * len(part))), part).fetchall())
-    return out
+    return dict(conn.execute(sql, (rows.json_array(ids),)).fetchall())
 
 
 def candidates(conn: apsw.Connection, user: str) -> list[tuple[int, np.ndarray | None, set[str], int]]:
@@ -91,7 +86,7 @@ def candidates(conn: apsw.Connection, user: str) -> list[tuple[int, np.ndarray |
 
 def single_members(conn: apsw.Connection, scenario_ids: Sequence[int]) -> dict[int, int]:
     """{scenario id: its one atom} for one-atom scenarios (they keep no centroid of their own)."""
-    return _pairs(conn, 'select "scenario_id", min("atom_id") from "scenario_atoms" where "scenario_id" in ({}) '
+    return _pairs(conn, f'select "scenario_id", min("atom_id") from "scenario_atoms" where "scenario_id" in {rows.EACH} '
                   'group by 1', scenario_ids)
 
 

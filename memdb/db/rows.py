@@ -8,8 +8,9 @@ what it does (extract, merge, search) rather than how rows are kept in step.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import apsw
@@ -22,6 +23,17 @@ from ..errors import InvalidInput
 from . import connection
 
 SOURCE_INDEX_CHARS = 4_000  # of an atom's source turns' text indexed with it (atoms_fts.source)
+
+# Many values (ids, days) are bound as one JSON array that json_each reads back: one statement
+# for any number of them (SQLite binds at most 32,766 values to one), and one statement text
+# whatever the number, so SQLite prepares it once. `"id" in {EACH}` with json_array(ids) bound.
+EACH = '(select "value" from json_each(?))'
+
+
+def json_array(values: Iterable[int | str]) -> str:
+    """values as the JSON array that EACH reads."""
+    return json.dumps([v if isinstance(v, str) else int(v) for v in values], ensure_ascii=False)
+
 
 # An atom's source turn ids as one SQL value ('3,7'); parse_ids reads it back.
 SOURCE_IDS = '(select group_concat(s."turn_id") from "atom_sources" s where s."atom_id" = a."id")'
@@ -307,13 +319,10 @@ TURN_KEYS = ("id", "user", "session", "seq", "role", "speaker", "content", "ts",
 def read_turns(conn: apsw.Connection, turn_ids: Sequence[int], user: str | None = None) -> list[dict]:
     """L0 rows by id as dicts (of user only, when given), in id order."""
     columns = ", ".join(f'"{k}"' for k in TURN_KEYS)
-    found = []
-    for i in range(0, len(turn_ids), 500):  # SQLite binds at most 32,766 values per statement
-        part = turn_ids[i:i + 500]
-        sql = (f'select {columns} from "turns" where "id" in ({",".join("?" * len(part))})'
-               + (' and "user" = ?' if user is not None else ""))
-        found += conn.execute(sql, (*part, user) if user is not None else tuple(part)).fetchall()
-    return _turn_dicts(sorted(set(found)))
+    mine = ' and "user" = ?' if user is not None else ""
+    found = conn.execute(f'select {columns} from "turns" where "id" in {EACH}{mine} order by "id"',
+                         (json_array(turn_ids), user) if user is not None else (json_array(turn_ids),)).fetchall()
+    return _turn_dicts(found)
 
 
 def _turn_dicts(found: list[tuple]) -> list[dict]:

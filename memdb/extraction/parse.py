@@ -174,7 +174,7 @@ def _raw_atom(item: Any, n_turns: int) -> dict[str, Any]:
             atom[name] = value
     turn = _turn_number(fields.get("turn"), n_turns)
     if turn is not None:
-        atom["turn"] = turn  # a hint only: provenance is decided from the words (see _source_turn)
+        atom["turn"] = turn  # a hint only: each call reads one turn (extract._extract_turn)
     if not atom.get("object") and not atom.get("predicate"):
         return {"_invalid": "no predicate or object"}
     return atom

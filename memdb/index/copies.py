@@ -1,8 +1,8 @@
 """In-memory copies of large users' vectors, kept exact against the committed file.
 
 sqlite-vec 0.1.9's KNN scans every vector in the user's partition, without SIMD in the PyPI
-wheel: 84 ms at 100k atoms on the 2-core bench machine, 6x numpy's brute force over the same
-vectors (bench/scale.py). A user with at least `vector_copy_min` vectors gets a float32 copy in
+wheel: several times slower than numpy's brute force over the same vectors
+(bench/results/scale.json). A user with at least `vector_copy_min` vectors gets a float32 copy in
 memory, ranked by one matrix-vector product. vec0 stays the store of record and answers for
 small users and when the copy would not fit in `vector_copy_mb` (vectors.py picks).
 
@@ -56,6 +56,30 @@ BATCH_MARGIN = 4
 def stamp(conn: apsw.Connection) -> tuple[int, int]:
     """Moves whenever the file may have changed: another connection committed, or this one wrote."""
     return conn.execute("pragma data_version").fetchone()[0], conn.total_changes()
+
+
+class Held:
+    """The in-memory copies of one connection by (layer, user), least recently used first, and
+    the keys found too small to copy, each as of the stamp it was made or found at. The check
+    before each use, for vector and keyword copies alike."""
+
+    def __init__(self) -> None:
+        self.copies: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
+        self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few rows, as of stamp
+
+    def _held(self, conn: apsw.Connection, key: tuple[str, str]) -> tuple[Any, tuple[int, int], bool]:
+        """(the copy held for key or None, the file's stamp now, whether that answer stands as
+        it is): True for a copy still exact (it becomes the most recently used) and for None
+        when key was found too small at this same stamp; False when it must be brought up to
+        date or looked at again."""
+        now = stamp(conn)
+        copy = self.copies.get(key)
+        if copy is not None and copy.stamp == now:
+            self.copies.move_to_end(key)
+            return copy, now, True
+        if self.small.get(key) == now:
+            return None, now, True
+        return copy, now, False
 
 
 @dataclass
@@ -138,20 +162,19 @@ def _grown(array: np.ndarray, capacity: int) -> np.ndarray:
     return out
 
 
-class VectorCopies:
+class VectorCopies(Held):
     """The vector copies of one connection. Not thread-safe: Memory holds its lock around
     every use, as it does for the connection."""
 
     def __init__(self, *, vector_copy_min: int, vector_copy_mb: float,
                  blas_limit: Any = contextlib.nullcontext, files: Path | None = None,
                  file_min: int = 0) -> None:
+        super().__init__()
         self.vector_copy_min = vector_copy_min
         self.files = files  # where copies are written to be mapped by later opens; None: never
         self.file_min = file_min
         self.vector_copy_bytes = int(vector_copy_mb * 2**20)
         self.blas_limit = blas_limit
-        self.copies: collections.OrderedDict[tuple[str, str], VectorCopy] = collections.OrderedDict()
-        self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few vectors, as of stamp
         self.expected: dict[bytes, int] = {}  # vectors expect() was given -> their row in
         self.queries = np.empty((0, 0), np.float32)  # ... these, unit length
         # (id of a part, k) -> (the part, its rows then, each expected vector's nearest rows)
@@ -203,12 +226,10 @@ class VectorCopies:
         """The copies to rank with their active flags: the user's copy brought up to date, or
         inside a transaction, the copy as it was plus the rows written since."""
         key = (layer, user)
-        now = stamp(conn)
-        copy = self.copies.get(key)
-        if copy is not None and copy.stamp == now:
-            self.copies.move_to_end(key)
-            return [(part, part.active) for part in copy.parts()]
-        if self.small.get(key) == now or not connection.has_vectors(conn):
+        copy, now, settled = self._held(conn, key)
+        if settled:
+            return None if copy is None else [(part, part.active) for part in copy.parts()]
+        if not connection.has_vectors(conn):
             return None
         epoch = connection.get_meta(conn, "vectors_epoch")
         if not conn.getautocommit():

@@ -1,7 +1,8 @@
 """Vector copies kept on disk beside the file, memory-mapped by later opens (Settings.vector_copy_files).
 
-Reading a large user's vectors out of vec0 costs about 14 us a vector: 36.9 s for a user of 1M
-atoms on the bench machine, paid by the first search of every process. A copy written once to
+Reading a large user's vectors out of vec0 is one point lookup a vector, tens of seconds for a
+user of 1M atoms, paid by the first search of every process (bench/results/first_search.json).
+A copy written once to
 a file of its own and mapped by numpy costs nothing to open; the first search reads its pages
 once (from the page cache, or the disk).
 

@@ -28,8 +28,8 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     budget are kept: bm25 counts and scores every posting of every term, and a term in a
     fifth of the user's rows weighs little (idf ~1.4, a rare name ~7) but costs the most.
     With other users in the file the counts are theirs too and say nothing of which terms
-    are common for this user: pruning by them lost 18% of MRR at 1,000 users x 1k atoms
-    (bench/scale.py), so it is left to single-user files.
+    are common for this user: pruning by them lost MRR at 1,000 users x 1k atoms
+    (bench/scale.py --configs 1000x1k), so it is left to single-user files.
 
     common = (share, least_rows): terms in more than share of the user's rows are left out
     once the user has least_rows rows (common_terms).
@@ -58,8 +58,8 @@ _ZH_QUESTION_CHARS = frozenset("哪什么谁吗呢怎几")
 
 def query_terms(query: str) -> list[str]:
     """The query's searchable terms, in order: each becomes one phrase of an OR. Chinese bigrams
-    with a function or question character are left out while others remain (MemoryBank-cn dev,
-    e5: turns MRR 0.715 -> 0.724, both R@10 0.890 -> 0.898, MRR 0.707 -> 0.715)."""
+    with a function or question character are left out while others remain (a better MRR and
+    recall on MemoryBank-cn dev: bench/memorybank_retrieval.py)."""
     terms = [t for t in text.terms(query)[:MAX_QUERY_TERMS] if text.quote(t)]
     content = [t for t in terms if not _zh_function_bigram(t)]
     return content or terms

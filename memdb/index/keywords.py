@@ -2,7 +2,7 @@
 
 FTS5's bm25 first counts every posting of every query term: in a file of one user holding
 100k atoms, a term in a fifth of the rows costs 20k postings read and scored through the
-auxiliary-function interface (bench/scale.py: p95 98 ms with every term scored); in a file of
+auxiliary-function interface (bench/results/scale_postings.json, budget 0); in a file of
 many users it reads every user's postings of the term and of the user's tag. A user with at
 least `keyword_copy_min` rows in a layer gets a copy of their postings in memory instead: per
 term, the rows holding it and its column-weighted count there, and per row its length. A query
@@ -15,7 +15,7 @@ copies serve only when `shared` (Settings.keyword_copy_shared) asks for per-user
 Text is tokenized by FTS5's own tokenizer over the table's stored content, so a row's tokens
 are exactly those FTS5 indexed.
 
-A copy is checked like the vector copies (copies.stamp): when the file may have changed, the
+A copy is checked as the vector copies are (copies.Held): when the file may have changed, the
 user's (id, version) pairs are read again, where an atom's version is its "seen" count (a merge,
 the one path that rewrites an atom's FTS row besides forget, bumps it); a forgotten turn, which
 rewrites the source words of the atoms it fed, forces a reload of the atoms' copy. New and
@@ -26,7 +26,6 @@ removed and rewritten rows are dropped by a live flag. Inside a transaction FTS5
 
 from __future__ import annotations
 
-import collections
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -36,8 +35,9 @@ import apsw
 import numpy as np
 
 from .. import text
+from ..db.rows import EACH, json_array
 from . import fts
-from .copies import stamp
+from .copies import Held
 
 K1, B = 1.2, 0.75  # FTS5's bm25 constants (fts5_aux.c)
 # Per layer: the FTS table, the rows' table, and what moves when a row's FTS text is rewritten.
@@ -171,19 +171,18 @@ def _turn_forgotten(conn: apsw.Connection, user: str, then: tuple[int, int], now
     return then[0] + since != now[0]
 
 
-class KeywordCopies:
+class KeywordCopies(Held):
     """The keyword copies of one connection, with one vocabulary (term -> id) they share. Not
     thread-safe: Memory holds its lock around every use, as it does for the connection."""
 
     def __init__(self, *, keyword_copy_min: int, keyword_copy_mb: float,
                  atom_columns: tuple[float, ...], turn_columns: tuple[float, ...], shared: bool = False) -> None:
+        super().__init__()
         self.keyword_copy_min = keyword_copy_min
         self.shared = shared
         self.keyword_copy_bytes = int(keyword_copy_mb * 2**20)
         self.weights = {"atoms": np.array(atom_columns), "turns": np.array(turn_columns)}
         self.vocabulary: dict[str, int] = {}
-        self.copies: collections.OrderedDict[tuple[str, str], KeywordCopy] = collections.OrderedDict()
-        self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few rows, as of stamp
         self._tokenizer: Any = None
 
     def top_k(self, conn: apsw.Connection, layer: str, user: str, terms: list[str],
@@ -208,13 +207,9 @@ class KeywordCopies:
 
     def _current(self, conn: apsw.Connection, layer: str, user: str) -> KeywordCopy | None:
         key = (layer, user)
-        now = stamp(conn)
-        copy = self.copies.get(key)
-        if copy is not None and copy.stamp == now:
-            self.copies.move_to_end(key)
+        copy, now, settled = self._held(conn, key)
+        if settled:
             return copy
-        if self.small.get(key) == now:
-            return None
         turns = _turns_held(conn, user)
         if copy is not None and layer == "atoms" and _turn_forgotten(conn, user, copy.turns, turns):
             del self.copies[key]  # its atoms' source words were re-indexed without the turn
@@ -268,8 +263,8 @@ class KeywordCopies:
         """(ids, versions, lengths, postings) of the rows with these ids, as the FTS table holds
         them; a row without its FTS row is left out (unsearchable, as it is for FTS5)."""
         fts_table, _, _ = LAYERS[layer]
-        found = conn.execute(f'select "rowid", * from "{fts_table}" where "rowid" in (select value from json_each(?)) '
-                             'order by "rowid"', (str(ids.tolist()),)).fetchall()
+        found = conn.execute(f'select "rowid", * from "{fts_table}" where "rowid" in {EACH} '
+                             'order by "rowid"', (json_array(ids.tolist()),)).fetchall()
         got = np.fromiter((r[0] for r in found), np.int64, len(found))
         lengths, postings = self._postings([r[1:] for r in found], self.weights[layer])
         return got, versions[np.searchsorted(ids, got)], lengths, postings
@@ -286,8 +281,8 @@ class KeywordCopies:
 
     def _tokens(self, cells: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The term id of every token of the cells, and the cell it is in. One tokenizer call
-        for all of them, cells told apart by a marker word after each (a call per cell costs
-        3-10 us); a call per cell only when some text holds the marker itself."""
+        for all of them, cells told apart by a marker word after each (each call has a fixed
+        cost that dwarfs a short cell's); a call per cell only when some text holds the marker."""
         def tokenize(utf8: bytes) -> list[str]:
             return self._tokenizer(utf8, apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False,
                                    include_colocated=False)

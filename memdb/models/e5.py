@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmbedderUnavailable
-from . import assets, gguf, onnxproto, unigram
+from . import assets, batches, gguf, onnxproto, unigram
 
 log = logging.getLogger("memdb")
 
@@ -397,15 +397,8 @@ class Encoder:
                 owners.append(j)
                 weights.append(max(len(window) - 2, 1))
         pooled = np.empty((len(windows), self.dim), np.float32)
-        order = sorted(range(len(windows)), key=lambda w: len(windows[w]))
-        start = 0
-        while start < len(order):
-            end = start + 1
-            while end < len(order) and len(windows[order[end]]) * (end + 1 - start) <= self.batch_tokens:
-                end += 1
-            group = order[start:end]
+        for group in batches.by_tokens([len(w) for w in windows], self.batch_tokens):
             pooled[group] = self._pooled([windows[w] for w in group])
-            start = end
         out = np.zeros((len(texts), self.dim), np.float32)
         np.add.at(out, owners, pooled * np.asarray(weights, np.float32)[:, None])
         return out

@@ -20,7 +20,7 @@ from .. import text
 from ..checks import check_texts
 from ..errors import EmbedderUnavailable, ModelError
 from ..vecmath import unit
-from . import assets, e5, llama, minilm
+from . import assets, batches, e5, llama, minilm
 from .protocols import Embedder
 
 _MODELS: dict[tuple[str, str, str], tuple[Any, threading.Lock]] = {}  # GGUF contexts per process
@@ -100,25 +100,18 @@ class GGUFEmbedder:
         texts = check_texts(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
         with self._lock:
-            rows = [row for group in self._groups(texts) for row in self._llm.embed(group, normalize=False, truncate=True)]
-        return unit(np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim))
+            for group in self._groups(texts):
+                rows = self._llm.embed([texts[i] for i in group], normalize=False, truncate=True)
+                out[group] = np.asarray(rows, dtype=np.float32).reshape(len(group), self.dim)
+        return unit(out)
 
-    def _groups(self, texts: list[str]) -> Iterator[list[str]]:
+    def _groups(self, texts: list[str]) -> Iterator[list[int]]:
         if not self.batch_tokens:
-            yield texts
-            return
-        group: list[str] = []
-        size = 0
-        for t in texts:
-            n = len(self._llm.tokenize(t.encode("utf-8"), add_bos=True, special=False))
-            if group and size + n > self.batch_tokens:
-                yield group
-                group, size = [], 0
-            group.append(t)
-            size += n
-        if group:
-            yield group
+            return iter([list(range(len(texts)))])
+        lengths = [len(self._llm.tokenize(t.encode("utf-8"), add_bos=True, special=False)) for t in texts]
+        return batches.by_tokens(lengths, self.batch_tokens, packed=True)
 
 
 class E5Embedder:

@@ -17,7 +17,7 @@ import string
 import struct
 import threading
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ import numpy as np
 from ..checks import check_texts
 from ..errors import EmbedderUnavailable
 from ..vecmath import unit
-from . import assets
+from . import assets, batches
 
 log = logging.getLogger("memdb")
 
@@ -35,6 +35,7 @@ log = logging.getLogger("memdb")
 # chunks are bounded by both texts and padded tokens: under 100 MB at worst (16 x 256 tokens).
 MAX_BATCH = 64
 MAX_BATCH_TOKENS = 4096
+PADDING_SLACK = (1.25, 64)  # a batch holds at most 25% (+64 tokens) more padded than real tokens
 
 _MODELS: dict[tuple[str, str], BertModel] = {}  # loaded weights per process, by zip path + sha256
 _LOCK = threading.Lock()
@@ -372,30 +373,6 @@ class BertModel:
         return _layer_norm_(out, *lw.ln2, self.eps)
 
 
-def _batches(lengths: Sequence[int]) -> Iterator[list[int]]:
-    """Indices grouped by length within the batch bounds, so that padding stays small.
-
-    Lengths ascend, so lengths[i] is the width the batch would be padded to; a text whose
-    padding would make the batch more than 25% (+64 tokens) larger than its real tokens starts
-    a new batch.
-    """
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    batch: list[int] = []
-    real = 0
-    for i in order:
-        width = lengths[i]
-        padded = (len(batch) + 1) * width
-        if batch and (
-            len(batch) >= MAX_BATCH or padded > MAX_BATCH_TOKENS or padded > 1.25 * (real + width) + 64
-        ):
-            yield batch
-            batch, real = [], 0
-        batch.append(i)
-        real += width
-    if batch:
-        yield batch
-
-
 @functools.cache
 def _threadpool_controller() -> Any:
     """threadpoolctl's controller, or None (and one warning) when it is not installed."""
@@ -435,6 +412,6 @@ class MiniLM:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         ids = [self.model.tokenizer.encode(t, self.model.max_tokens) for t in texts]
         with blas_threads(self.threads):
-            for batch in _batches([len(x) for x in ids]):
+            for batch in batches.by_tokens([len(x) for x in ids], MAX_BATCH_TOKENS, most=MAX_BATCH, slack=PADDING_SLACK):
                 out[batch] = self.model.encode_batch([ids[i] for i in batch])
         return out

@@ -122,9 +122,8 @@ def source_turns(conn: apsw.Connection, hit: Hit) -> list[Hit]:
     """The turns an atom hit was taken from, as turn hits."""
     if hit.layer != "atom" or not hit.turn_ids:
         return []
-    marks = ",".join("?" * len(hit.turn_ids))
-    found = conn.execute(f'select {rows.TURN_HIT.format(score="0.0")} from "turns" t where t."id" in ({marks}) '
-                         'order by t."id"', hit.turn_ids).fetchall()
+    found = conn.execute(f'select {rows.TURN_HIT.format(score="0.0")} from "turns" t where t."id" in {rows.EACH} '
+                         'order by t."id"', (rows.json_array(hit.turn_ids),)).fetchall()
     return [rows.hit(row) for row in found]
 
 

@@ -97,7 +97,7 @@ def fusion_sql(sides: Sides, settings: Settings, *, include_superseded: bool) ->
     held = codec.codes(codec.STATUSES, *codec.STATUSES) if include_superseded else codec.HELD
     kinds = codec.KINDS
     # Each side is read twice (its rows and its max score): "materialized" makes SQLite run
-    # it once. Without it the KNN ran twice per statement (bench/scale.py: +40% latency).
+    # it once. Without it the KNN ran twice per statement.
     ctes = [
         f"akw as materialized ({_keyword_cte('atoms_fts', settings.atom_columns, sides.atom_keyword)})",
         f"avec as materialized ({_vector_cte(sides.atom_vector)})",
@@ -132,8 +132,8 @@ def fusion_sql(sides: Sides, settings: Settings, *, include_superseded: bool) ->
 def _relevance(near: list[tuple[int, float | None]], baseline: float) -> list[tuple[int, float | None]]:
     """Cosines rescaled so that the cosine of unrelated texts (the embedder's baseline) is 0 and
     a perfect match 1: the vector side is normalised by its best hit, and e5's cosines, all
-    0.72-0.85, made every hit weigh about as much as the best (LoCoMo dev atoms MRR 0.491 with
-    e5 raw, 0.516 with MiniLM)."""
+    0.72-0.85, made every hit weigh about as much as the best (on LoCoMo dev, e5's raw cosines
+    ranked atoms worse than MiniLM's)."""
     if not baseline:
         return near
     return [(i, None if s is None else (s - baseline) / (1 - baseline)) for i, s in near]
@@ -252,11 +252,10 @@ def _dated(conn: apsw.Connection, user: str, query: str, now: str, layer: str, p
         out["turns"] = turn_ids
     if layer in ("atoms", "both"):
         # Atoms drawn from the day's turns (found through atom_sources_by_turn), and events dated that day.
-        marks = ", ".join("?" * len(days))
         out["atoms"] = [r[0] for r in conn.execute(
-            'select "atom_id" from "atom_sources" where "turn_id" in (select value from json_each(?)) union '
-            f'select "id" from "atoms" where "user" = ? and substr("valid_from", 1, 10) in ({marks}) limit ?',
-            (json.dumps(turn_ids), user, *days, pool))]
+            f'select "atom_id" from "atom_sources" where "turn_id" in {rows.EACH} union '
+            f'select "id" from "atoms" where "user" = ? and substr("valid_from", 1, 10) in {rows.EACH} limit ?',
+            (rows.json_array(turn_ids), user, rows.json_array(days), pool))]
     return out
 
 

@@ -30,8 +30,8 @@ def search(conn: apsw.Connection, atom_hits: list[Hit], settings: Settings, k: i
 def _shown(conn: apsw.Connection, scenario_ids: list[int], least: int) -> dict[int, layers.Scenario]:
     if not scenario_ids:
         return {}
-    marks = ",".join("?" * len(scenario_ids))
-    return {s.id: s for s in layers.read(conn, f'where s."id" in ({marks}) and s."held" >= ?', (*scenario_ids, least))}
+    return {s.id: s for s in layers.read(conn, f'where s."id" in {rows.EACH} and s."held" >= ?',
+                                         (rows.json_array(scenario_ids), least))}
 
 
 def _hit(conn: apsw.Connection, scenario: layers.Scenario, score: float) -> Hit:

@@ -1,7 +1,8 @@
-"""Write the bundled MiniLM as a GGUF BERT model that llama.cpp loads (tests and benches use it
-to compare memdb's numpy MiniLM with llama.cpp running the same weights).
+"""Write the bundled MiniLM as a GGUF BERT model that llama.cpp loads: test_embed checks the
+GGUF embedder against the reference vectors with it, and bench/embed_speed.py compares memdb's
+MiniLM with llama.cpp running the same weights.
 
-    .venv/bin/python bench/minilm_gguf.py /tmp/minilm.gguf [--f16]
+    .venv/bin/python -m tests.minilm_gguf /tmp/minilm.gguf [--f16]
 """
 
 from __future__ import annotations
@@ -9,14 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from memdb.models import assets, gguf, minilm
 
-from memdb.models import assets, gguf, minilm  # noqa: E402
 
 def convert_to_gguf(out_path: str | os.PathLike[str], *, f16: bool = False) -> Path:
     """Write the bundled MiniLM as a GGUF BERT model (mean pooling) that llama.cpp loads.
