@@ -202,3 +202,15 @@ def test_a_chinese_clause_is_the_speakers_only_when_it_reads_so(clause, expected
 ])
 def test_a_chinese_note_names_its_subject_once_and_in_front(record, expected):
     assert expected == codec.canonical_text(record)
+
+
+@pytest.mark.parametrize("predicate, obj, kept", [
+    ("presented", "it to the board", False),        # what "it" was, only the turn says
+    ("sold", "them at the market", False),
+    ("sold", "them at the Harbour Market", True),   # a name says enough to look it up
+    ("repainted", "the shed and loved it", True),   # the thing is named; "it" points back to it
+])
+def test_a_note_whose_object_is_only_it_names_nothing(predicate, obj, kept):
+    from memdb.extraction import gate
+    why = gate.judge({"subject": "Wren", "predicate": predicate, "object": obj, "kind": "event"}, obj, {"Wren"})
+    assert kept == (why is None), why

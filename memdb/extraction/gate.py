@@ -283,13 +283,16 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "an opinion"
     if lexicon.alternation("en", "pep_talk").search(said) and not _LATIN_NAME.search(said):
         return "a feeling or a pep talk"  # "will do her best", "is so grateful": nothing to recall
+    pointed = re.match(r"(?:it|them)\b", record.get("object") or "") or re.search(r"\b(?:it|them)$", record.get("predicate") or "")
+    if pointed and not _LATIN_NAME.search(said):
+        return "names nothing it speaks of"  # "presented | it to leadership": what "it" was, the turn says
     if re.search(r"^(?:shares?|shared) (?:a |an )?(?:photo|pic|picture|photography)|\bshares? a photo$"
                  r"|\bhere(?:'s| is) (?:a |the )?(?:photo|pic|picture)", said, re.I):
         return "a shared photo"  # the caption of a picture: what it shows is said in the turns around it
     return None
 
 
-_LATIN_NAME = re.compile(r"(?<!^)\b[A-Z][a-z]+|\d")
+_LATIN_NAME = re.compile(r"(?<!^)\b[A-Z][a-zA-Z]+|\d")
 
 
 def _owner_free(phrase: str) -> str:
