@@ -131,6 +131,9 @@ def _listener_named(value: str, listener: str | None, zh: bool) -> str:
                 value = value.replace(f"\x00{i}\x01", word)
         return value.strip()
     if listener:
+        # "how you use it" → "how Ana uses it": "you" as a subject, its verb agreeing with the name
+        value = re.sub(r"(^|\b(?:how|that|when|if|because|and|but|so|what|where|why|while|since|as)\s+)you\s+([a-z]+)\b",
+                       lambda m: f"{m.group(1)}{listener} {persons.agree(m.group(2))}", value, flags=re.I)
         rules = [(r"\byou['’]re\b", f"{listener} is"), (r"\byou['’]ve\b", f"{listener} has"),
                  (r"\byou['’]ll\b", f"{listener} will"), (r"\byou['’]d\b", f"{listener} would"),
                  (r"\byou are\b", f"{listener} is"), (r"\byour\b", f"{listener}'s"),

@@ -256,7 +256,7 @@ def indefinite(predicate: str, value: str) -> str:
     """An object that points into the chat ("painted | that lake sunrise") as a note says it to
     someone who was not there: "a lake sunrise". "realize | that self-care matters" keeps its
     "that" (en.toml: that_clause_verbs), and these/those stay."""
-    m = re.match(r"(this|that|these|those)\s+(?=[a-z])", value)
+    m = re.match(r"(this|that|these|those)\s+(?=[a-z])(?!(?:it|he|she|they|we|i|you|there|her|his|their|my|our|the|a|an)\b)", value)
     last = predicate.split()[-1].lower() if predicate.split() else ""
     if not m or last in lexicon.words("en", "that_clause_verbs") or re.match(r"\S+\s+(?:is|was|are|were|has|had|will)\b", value[m.end():]):
         return value
