@@ -171,9 +171,10 @@ def test_a_chinese_note_keeps_its_time_where_it_was_said():
 @pytest.mark.parametrize("predicate, obj, expected", [
     ("painted", "that harbour at dawn", "a harbour at dawn"),
     ("restored", "this old piano", "an old piano"),
-    ("planted", "those tulips", "tulips"),
+    ("has known", "those neighbours for years", "those neighbours for years"),
     ("is starting to realize", "that rest matters", "that rest matters"),  # what is thought
     ("moved", "this week", "this week"),                                    # a time
+    ("loves", "that it slows her down", "that it slows her down"),          # a clause, not a thing
 ])
 def test_an_object_pointing_into_the_chat_is_said_to_someone_who_was_not_there(predicate, obj, expected):
     assert expected == persons.indefinite(predicate, obj)
@@ -202,3 +203,25 @@ def test_a_chinese_clause_is_the_speakers_only_when_it_reads_so(clause, expected
 ])
 def test_a_chinese_note_names_its_subject_once_and_in_front(record, expected):
     assert expected == codec.canonical_text(record)
+
+
+@pytest.mark.parametrize("predicate, obj, kept", [
+    ("presented", "it to the board", False),        # what "it" was, only the turn says
+    ("sold", "them at the market", False),
+    ("sold", "them at the Harbour Market", True),   # a name says enough to look it up
+    ("repainted", "the shed and loved it", True),   # the thing is named; "it" points back to it
+])
+def test_a_note_whose_object_is_only_it_names_nothing(predicate, obj, kept):
+    from memdb.extraction import gate
+    why = gate.judge({"subject": "Wren", "predicate": predicate, "object": obj, "kind": "event"}, obj, {"Wren"})
+    assert kept == (why is None), why
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("loves how you use it to tell stories", "loves how Bea uses it to tell stories"),
+    ("knows that you were there", "knows that Bea was there"),
+    ("told you about the trip", "told Bea about the trip"),   # "you" as an object: no verb to agree
+])
+def test_the_listener_named_for_you_agrees_with_its_verb(value, expected):
+    from memdb.extraction import gate
+    assert expected == gate._listener_named(value, "Bea", False)

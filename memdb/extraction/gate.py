@@ -131,6 +131,9 @@ def _listener_named(value: str, listener: str | None, zh: bool) -> str:
                 value = value.replace(f"\x00{i}\x01", word)
         return value.strip()
     if listener:
+        # "how you use it" → "how Ana uses it": "you" as a subject, its verb agreeing with the name
+        value = re.sub(r"(^|\b(?:how|that|when|if|because|and|but|so|what|where|why|while|since|as)\s+)you\s+([a-z]+)\b",
+                       lambda m: f"{m.group(1)}{listener} {persons.agree(m.group(2))}", value, flags=re.I)
         rules = [(r"\byou['’]re\b", f"{listener} is"), (r"\byou['’]ve\b", f"{listener} has"),
                  (r"\byou['’]ll\b", f"{listener} will"), (r"\byou['’]d\b", f"{listener} would"),
                  (r"\byou are\b", f"{listener} is"), (r"\byour\b", f"{listener}'s"),
@@ -283,13 +286,16 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "an opinion"
     if lexicon.alternation("en", "pep_talk").search(said) and not _LATIN_NAME.search(said):
         return "a feeling or a pep talk"  # "will do her best", "is so grateful": nothing to recall
+    pointed = re.match(r"(?:it|them)\b", record.get("object") or "") or re.search(r"\b(?:it|them)$", record.get("predicate") or "")
+    if pointed and not _LATIN_NAME.search(said):
+        return "names nothing it speaks of"  # "presented | it to leadership": what "it" was, the turn says
     if re.search(r"^(?:shares?|shared) (?:a |an )?(?:photo|pic|picture|photography)|\bshares? a photo$"
                  r"|\bhere(?:'s| is) (?:a |the )?(?:photo|pic|picture)", said, re.I):
         return "a shared photo"  # the caption of a picture: what it shows is said in the turns around it
     return None
 
 
-_LATIN_NAME = re.compile(r"(?<!^)\b[A-Z][a-z]+|\d")
+_LATIN_NAME = re.compile(r"(?<!^)\b[A-Z][a-zA-Z]+|\d")
 
 
 def _owner_free(phrase: str) -> str:

@@ -213,7 +213,7 @@ def third_person_zh(value: str, name: str, *, named: bool) -> str:
         word = m.group(0)
         if word.startswith("我们"):
             if re.match(r"团队|组|公司|部门|家", value[m.end():]):  # 我们团队 → 罗婷的团队
-                return f"{name}的"
+                return "" if mentioned else f"{name}的"  # "…罗婷不去了，团队有个版本上线": once is enough
             if mentioned and group == name:
                 return word[2:]
             mentioned = mentioned or group == name
@@ -254,9 +254,9 @@ def drop_repeated_subject(subject: str, value: str) -> str:
 
 def indefinite(predicate: str, value: str) -> str:
     """An object that points into the chat ("painted | that lake sunrise") as a note says it to
-    someone who was not there: "a lake sunrise"; these/those go. "realize | that self-care
-    matters" keeps its "that" (en.toml: that_clause_verbs)."""
-    m = re.match(r"(this|that|these|those)\s+(?=[a-z])", value)
+    someone who was not there: "a lake sunrise". "realize | that self-care matters" keeps its
+    "that" (en.toml: that_clause_verbs), and these/those stay."""
+    m = re.match(r"(this|that|these|those)\s+(?=[a-z])(?!(?:it|he|she|they|we|i|you|there|her|his|their|my|our|the|a|an)\b)", value)
     last = predicate.split()[-1].lower() if predicate.split() else ""
     if not m or last in lexicon.words("en", "that_clause_verbs") or re.match(r"\S+\s+(?:is|was|are|were|has|had|will)\b", value[m.end():]):
         return value
@@ -264,5 +264,5 @@ def indefinite(predicate: str, value: str) -> str:
         return value  # "this week": a time, not a thing
     rest = value[m.end():]
     if m.group(1) in ("these", "those"):
-        return rest
+        return value  # "has known these friends": without it, which friends is lost
     return ("an " if re.match(r"[aeiou]", rest) else "a ") + rest
