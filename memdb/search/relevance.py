@@ -8,7 +8,7 @@ a real but loose match ("what orchestration tool do we use?" and "we are migrati
 pipelines from Airflow to Dagster", 0.78) fell below it. So the baseline is the query's own:
 its mean cosine to a fixed set of everyday statements about nothing in particular (GENERIC),
 which is the dot product with their mean vector, computed once per embedder and cached; never
-below the embedder's constant (memory.py). On the example above (bench/context_floor.py):
+below the embedder's constant (embedding.py). On the example above (bench/context_floor.py):
 nonsense 0.80 and no hit, the orchestration question 0.75 and the Airflow turn found; "what is
 the capital of France?" still gets 2 weak lines (0 before), "how do I bake sourdough bread?" 6.
 
