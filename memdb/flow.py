@@ -7,9 +7,10 @@
 4. layers: each absorbed atom's scenario placed and the persona card re-ranked (layers/);
 5. backfill: vectors a keyword-only writer (or a failing embedder) left out, filled in.
 
-Memory.add and Memory.extract check their arguments and call `add` and `extract`. Locking: the
-Memory's lock guards the connection and is never held over a model call; the model lock keeps
-one model call at a time per Memory, so reads go on while the model runs.
+Memory.add, Memory.extract and Memory.build_layers check their arguments and call `add`,
+`extract` and `build_layers`. Locking: the Memory's lock guards the connection and is never
+held over a model call; the model lock keeps one model call at a time per Memory, so reads go
+on while the model runs.
 """
 
 from __future__ import annotations

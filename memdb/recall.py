@@ -25,7 +25,7 @@ from .search.fusion import LAYERS, search as fused_search
 from .settings import FUSIONS
 
 if TYPE_CHECKING:  # for the annotations only: memory.py imports this module
-    from .memory import Memory
+    from .memory import Fusion, Layer, Memory
 
 log = logging.getLogger("memdb")
 # A query is searched by at most its first this many characters: the cost of the keyword side
@@ -33,7 +33,7 @@ log = logging.getLogger("memdb")
 MAX_QUERY_CHARS = 4_000
 
 
-def search(mem: Memory, query: str, *, user: str, k: int, layer: str, session: str | None, fusion: str | None,
+def search(mem: Memory, query: str, *, user: str, k: int, layer: Layer, session: str | None, fusion: Fusion | None,
            alpha: float | None, include_superseded: bool, strict: bool) -> list[Hit]:
     """The k hits that matter for query (see Memory.search)."""
     check_search(query, user, k, layer, fusion, alpha)
@@ -92,14 +92,14 @@ def query_vector(mem: Memory, query: str, user: str, session: str | None) -> np.
     return mem.embedding.query_vector(query, recent, mem.settings)
 
 
-def context_lines(mem: Memory, query: str, *, user: str, budget: int, k: int, session: str | None, layer: str,
+def context_lines(mem: Memory, query: str, *, user: str, budget: int, k: int, session: str | None, layer: Layer,
                   scenarios: bool, persona: bool) -> list[tuple[str, Hit | None]]:
     """context()'s lines, each with the hit it shows (None for the header and persona lines)."""
     if not isinstance(budget, int) or budget < 1:
         raise InvalidInput(f"budget must be a positive integer, not {budget!r}")
     if layer == "scenarios":
         raise InvalidInput('context takes layer "atoms", "turns" or "both"; for scenario blocks pass scenarios=True')
-    hits = mem.search(query, user=user, k=k, layer=layer, session=session)  # type: ignore[arg-type]
+    hits = mem.search(query, user=user, k=k, layer=layer, session=session)
     with mem.lock:
         return contexts.block(mem.conn, hits, user=user, settings=mem.settings, budget=budget, layer=layer,
                               scenarios=scenarios, persona=persona, count_tokens=mem.count_tokens)
