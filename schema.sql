@@ -140,8 +140,8 @@ join "turns" t on t."id" = s."turn_id";
 -- [layers]
 -- ---------------------------------------------------------------- L2: scenarios
 -- A scenario is a named cluster of one user's atoms about one project, situation or thread of
--- life. Atoms join one as they are absorbed (lifecycle/scenarios.py); everything else in the row
--- is derived from its members (db/layers.py) and rewritten whenever they change or are
+-- life. Atoms join one as they are absorbed (layers/scenarios.py); everything else in the row
+-- is derived from its members (layers/store.py) and rewritten whenever they change or are
 -- forgotten, so a scenario never holds words its members no longer say.
 create table "scenarios" (
     "id" integer primary key,
@@ -171,7 +171,7 @@ create table "scenario_atoms" (
 
 -- ---------------------------------------------------------------- L3: persona
 -- The persona card of a user: ranked lines, each one held fact, preference or constraint
--- about the user, citing its atom; re-ranked when the user's atoms change (lifecycle/persona.py).
+-- about the user, citing its atom; re-ranked when the user's atoms change (layers/persona.py).
 create table "persona" (
     "user" text not null,
     "rank" integer not null,

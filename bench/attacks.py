@@ -2,7 +2,7 @@
 
 - query bound: search() and context() with a 10 MB query against a short one, on 2,000 turns
   (before the bound, the 10 MB query took 19 s on the bench machine; the bound searches its
-  first memory.MAX_QUERY_CHARS characters);
+  first recall.MAX_QUERY_CHARS characters);
 - forget in place: forget(turn_id=) on a 10,000-turn file, median of 20, now that an in-place
   delete tokenizes the row and looks for a gone term's prefix in %_idx (forget.scrubbed_fts);
 - privacy rules on the dev data (../shared/data): how many dialogue texts context() would
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
-from memdb import memory, privacy  # noqa: E402
+from memdb import privacy, recall  # noqa: E402
 from tests.conftest import HashEmbedder  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "attacks.json"
@@ -48,7 +48,7 @@ def query_bound(folder: str) -> dict:
         mem.add([{"content": f"turn {i} about the garden and word{i}x"} for i in range(2000)], user="bob")
         short = "what about the garden"
         huge = (short + " ") * (10_000_000 // (len(short) + 1))
-        out = {"max_query_chars": memory.MAX_QUERY_CHARS, "huge_query_chars": len(huge)}
+        out = {"max_query_chars": recall.MAX_QUERY_CHARS, "huge_query_chars": len(huge)}
         for name, query in (("short", short), ("huge", huge)):
             out[f"search_{name}_ms"] = _median_ms(lambda: mem.search(query, user="bob"), 5)
             out[f"context_{name}_ms"] = _median_ms(lambda: mem.context(query, user="bob"), 5)

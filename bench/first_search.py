@@ -42,6 +42,7 @@ ARGS: argparse.Namespace
 
 def child(args: argparse.Namespace) -> dict:
     import memdb
+    from memdb import recall
     from memdb.index import copyfiles
 
     settings = memdb.Settings(vector_copy_files=args.files, vector_copy_mb=args.copy_mb, vector_copy_file_min=args.file_min,
@@ -56,7 +57,7 @@ def child(args: argparse.Namespace) -> dict:
     with memdb.open(args.db, embedder="minilm", extract="defer", settings=settings) as mem:
         opened = time.perf_counter() - t0
         user = mem.conn.execute('select "user" from "atoms" limit 1').fetchone()[0]
-        mem._query_vector("warm up the embedder", user, None)  # its first call is not the search's
+        recall.query_vector(mem, "warm up the embedder", user, None)  # its first call is not the search's
         t0 = time.perf_counter()
         first = mem.search(QUERY, user=user, k=10, layer=args.layer)
         t_first = time.perf_counter() - t0
@@ -97,6 +98,7 @@ def main() -> None:
     if args.mode == "_child":
         print(json.dumps(child(args)))
         return
+    from memdb import recall
     from memdb.index import copyfiles
 
     folder = copyfiles.directory(args.db)

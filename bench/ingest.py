@@ -40,10 +40,11 @@ sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
 from bench.common import LOCOMO_DEV, machine, parse_session_time, turn_text  # noqa: E402
-from memdb import memory  # noqa: E402
+from memdb import flow  # noqa: E402
 from memdb.db import connection  # noqa: E402
 from memdb.db import rows as db_rows  # noqa: E402
 from memdb.extraction import pipeline  # noqa: E402
+from memdb.lifecycle import absorb  # noqa: E402
 
 DATA = LOCOMO_DEV
 OTHER = "add (other)"
@@ -115,12 +116,14 @@ def slice_messages(sample: dict, n: int) -> list[tuple[str, dict]]:
 def instrument(mem: memdb.Memory, timers: Timers, llm) -> list[tuple]:
     """Patch the stage functions; returns what to restore.
 
-    Each is patched where its caller looks it up: extract() and absorb() are imported by name
-    into extraction/pipeline.py and memory.py, so a patch of their own module would go unseen;
-    rows and connection functions are called through their modules."""
+    Each is patched where its caller looks it up: extract() is imported by name into
+    extraction/pipeline.py, so a patch of its own module would go unseen; flow.py imports
+    absorb() from its module at each call, and rows and connection functions are called
+    through their modules."""
     patches = [
         (pipeline, "extract", timers.wrap("extract (parse, ground, time)", pipeline.extract)),
-        (memory, "absorb", timers.wrap("absorb (dedup)", memory.absorb)),
+        (absorb, "absorb", timers.wrap("absorb (dedup)", absorb.absorb)),
+        (flow, "layers", timers.wrap("layers (scenarios, persona)", flow.layers)),
         (db_rows, "insert_atom", timers.wrap("store atoms", db_rows.insert_atom)),
         (db_rows, "insert_turn", timers.wrap("store turns", db_rows.insert_turn)),
         (connection, "write", timers.wrap_cm("transaction (begin/commit)", connection.write)),

@@ -2,8 +2,9 @@
 
 Each extracted file (MemoryBank-cn dev users from bench/memorybank_retrieval.py --built, LoCoMo
 dev conversations from bench/qa_prepare.py) is replayed into a fresh file: its turns, then its
-atoms in the order they were stored, each through lifecycle.absorb with its stored vector, in
-one transaction per source turn as extraction writes them. No model runs (the stored vectors
+atoms in the order they were stored, each through lifecycle.absorb and flow.layers (as
+flow.absorb does) with its stored vector, in one transaction per source turn as extraction
+writes them. No model runs (the stored vectors
 are served by a lookup embedder), so the figure is absorb's own cost with Settings(layers=False)
 vs layers=True (scenario placement + persona re-rank), measured in the same run, alternating,
 the median of --repeats. Size: the bytes of the layer tables in the replayed file.
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
-from memdb import codec  # noqa: E402
+from memdb import codec, flow  # noqa: E402
 from memdb.db import connection  # noqa: E402
 from memdb.index.vectors import turn_text  # noqa: E402
 from memdb.lifecycle import absorb  # noqa: E402
@@ -92,11 +93,13 @@ def replay(source: dict, path: Path, layers: bool) -> dict:
             with connection.write(mem.conn):
                 for atom_id, record, confidence, ts, blob, sources in batch:
                     old = [int(x) for x in str(sources or "").split(",") if x]
-                    absorb.absorb(mem.conn, user=user_of[old[0]] if old else turns[0][1],
-                                  record=codec.unpack(record), confidence=confidence,
-                                  turn_ids=[new_id[o] for o in old], ts=ts,
-                                  vector=np.frombuffer(blob, dtype=np.float32) if blob else None,
-                                  settings=settings, multilingual=True, cosine_baseline=embedder.cosine_baseline)
+                    user, fields = user_of[old[0]] if old else turns[0][1], codec.unpack(record)
+                    vector = np.frombuffer(blob, dtype=np.float32) if blob else None
+                    _, stored = absorb.absorb(mem.conn, user=user, record=fields, confidence=confidence,
+                                              turn_ids=[new_id[o] for o in old], ts=ts, vector=vector,
+                                              settings=settings, multilingual=True)
+                    flow.layers(mem.conn, user=user, atom_id=stored, kind=fields["kind"], vector=vector, ts=ts,
+                                settings=settings, cosine_baseline=embedder.cosine_baseline)
             spent += time.perf_counter() - start
         sizes = dict(mem.conn.execute(
             "select name, sum(pgsize) from dbstat where name in ('scenarios', 'scenario_atoms', 'persona', "

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
 from bench.common import LOCOMO_DEV  # noqa: E402
+from memdb import recall  # noqa: E402
 
 SYSTEMS = {"memdb": {}, "scenarios": {"scenarios": True}, "l2l3": {"scenarios": True, "persona": True}}
 
@@ -54,8 +55,8 @@ def covered(mem: memdb.Memory, user: str, hit) -> set[int]:
 def tokens_needed(mem: memdb.Memory, sample: dict, qa: dict, options: dict, budget: int, k: int) -> int | None:
     user = sample["sample_id"]
     gold = evidence_turns(mem, sample, qa)
-    lines = mem._context_lines(qa["question"], user=user, budget=budget, k=k, session=None, layer="both",
-                               scenarios=options.get("scenarios", False), persona=options.get("persona", False))
+    lines = recall.context_lines(mem, qa["question"], user=user, budget=budget, k=k, session=None, layer="both",
+                                 scenarios=options.get("scenarios", False), persona=options.get("persona", False))
     seen: set[int] = set()
     for i, (_, hit) in enumerate(lines):
         seen |= covered(mem, user, hit)

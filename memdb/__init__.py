@@ -6,7 +6,7 @@
         print(mem.context("what database do we use?", user="alice", budget=400))
 """
 
-from .db.layers import Scenario
+from .layers.store import Scenario
 from .db.rows import Atom, Hit
 from .errors import (
     EmbedderMismatch,

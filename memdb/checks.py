@@ -7,10 +7,13 @@ is written, so bad input never leaves half a change behind.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from .errors import InvalidInput
+from .settings import Settings
 
 # What str.splitlines() breaks on, and tab: none of it belongs in a one-line name.
 _LINE_BREAKS = frozenset("\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
@@ -137,3 +140,52 @@ def check_count(value: Any, field: str, *, most: int | None = None) -> int:
         bound = f"an integer from 1 to {most}" if most is not None else "a positive integer"
         raise InvalidInput(f"{field} must be {bound}, not {value!r}")
     return value
+
+
+def parse_bound(value: object, field: str, latest: Callable[[], str]) -> str:
+    """since= or until=: an ISO time (parse_ts), or a relative date ("yesterday", "last week",
+    "上周三") resolved as search resolves one, from latest() (the user's latest turn). A relative
+    "until" covers its whole day, month or year."""
+    if not isinstance(value, str) or _reads_as_iso(value):
+        return parse_ts(value, field)  # its own errors: out of range, and the like
+    from . import timeparse
+
+    resolved = timeparse.resolve(value.strip(), latest()) if value.strip() else None
+    if resolved is None:
+        raise InvalidInput(f"{field} {value[:40]!r} is neither an ISO 8601 time such as 2026-10-05 nor a "
+                           "date such as yesterday, last week or 3 days ago")
+    return resolved if field == "since" else resolved + "~"  # "~" sorts after any time of that day
+
+
+def _reads_as_iso(value: str) -> bool:
+    """Whether value reads as ISO 8601 at all (a relative date does not)."""
+    try:
+        dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        return False
+    return True
+
+
+EXTRACT_MODES = ("now", "defer")
+
+
+def check_open(path: object, *, user: object, extract: object, threads: object, settings: object, llm: object,
+               read_only: object) -> None:
+    """memdb.open()'s arguments (all but the embedder, which loading checks)."""
+    if extract not in EXTRACT_MODES:
+        raise InvalidInput(f"extract must be one of {', '.join(EXTRACT_MODES)}, not {extract!r}")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise InvalidInput(f"threads must be a positive integer, not {threads!r}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidInput(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    if not os.fspath(path):  # SQLite reads "" as a temporary file, deleted with every turn at close
+        raise InvalidInput('path is empty; give a file path, or ":memory:" for a memory that ends at close')
+    if user is not None:
+        check_name(user, "user")
+    if settings is not None and not isinstance(settings, Settings):  # "fast", a dict: no presets exist
+        raise InvalidInput(f"settings must be a memdb.Settings, not {type(settings).__name__} "
+                           "(e.g. memdb.Settings(extract_batch=8))")
+    if llm is not None and not isinstance(llm, (str, os.PathLike)) and not hasattr(llm, "complete"):
+        raise InvalidInput(f"llm must be a GGUF path or an object with complete(), not {type(llm).__name__}")
+    if not isinstance(read_only, bool):
+        raise InvalidInput(f"read_only must be True or False, not {read_only!r}")

@@ -27,8 +27,9 @@ from typing import Any
 
 from .checks import check_name
 from .db import connection
+from .embedding import DEFAULT_EMBEDDER
 from .errors import InvalidInput, MemdbError
-from .memory import DEFAULT_EMBEDDER, Memory, open as open_memory
+from .memory import Memory, open as open_memory
 from .settings import Settings
 
 _TENANT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # a file name on every platform, never a path
@@ -119,7 +120,7 @@ class Pool:
         mem = open_memory(path, settings=self.settings, embedder=None, **self.options)
         try:
             name = connection.get_meta(mem.conn, "embedder_name") or embedders.DEFAULT
-            mem.embedder, mem.embedder_error = mem._load_embedder(self.embedders.get(name, DEFAULT_EMBEDDER))
+            mem.embedding.embedder, mem.embedding.error = mem.embedding.load(self.embedders.get(name, DEFAULT_EMBEDDER))
             if mem.embedder is not None:
                 self.embedders.setdefault(mem.embedder.name, mem.embedder)
         except BaseException:

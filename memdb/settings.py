@@ -186,7 +186,7 @@ class Settings:
     keyword_copy_mb: float = 1024.0
     keyword_copy_shared: bool = False
 
-    # L2 scenarios (lifecycle/scenarios.py). An absorbed atom joins the scenario it scores best
+    # L2 scenarios (layers/scenarios.py). An absorbed atom joins the scenario it scores best
     # with, if that score reaches scenario_join, else it seeds a new one. The score adds:
     # scenario_vector_weight x the cosine to the scenario's centroid (rescaled so unrelated texts
     # score 0, as search does), scenario_keyword_weight x the share of the atom's content terms
@@ -217,7 +217,7 @@ class Settings:
     scenario_keywords: int = 24
     scenario_block_members: int = 4
     scenario_blocks: int = 2
-    # L3 persona (lifecycle/persona.py): the card holds about persona_tokens tokens of held facts,
+    # L3 persona (layers/persona.py): the card holds about persona_tokens tokens of held facts,
     # preferences and constraints about the user's own speakers, ranked by confidence x
     # (1 + ln seen) x freshness (persona_half_life_days, down to freshness_floor) x
     # persona_kind_weight; the persona_candidates best are kept. Standing preferences and

@@ -501,14 +501,14 @@ def test_an_instruction_inside_a_turn_is_never_stored_as_a_fact(open_with_llm):
 
 
 def test_a_huge_query_is_searched_by_its_opening(mem, monkeypatch, caplog):
-    from memdb import memory
+    from memdb import recall
 
     mem.add([{"content": "The tram to Belem leaves at nine."}], user="ana")
     seen = []
-    real = memory.fused_search
-    monkeypatch.setattr(memory, "fused_search", lambda conn, query, **kw: seen.append(len(query)) or real(conn, query, **kw))
+    real = recall.fused_search
+    monkeypatch.setattr(recall, "fused_search", lambda conn, query, **kw: seen.append(len(query)) or real(conn, query, **kw))
     with caplog.at_level(logging.WARNING, logger="memdb"):
         hits = mem.search("tram Belem " + "filler words " * 800_000, user="ana")
     assert ["The tram to Belem leaves at nine."] == [h.text for h in hits]
-    assert [memory.MAX_QUERY_CHARS] == seen
+    assert [recall.MAX_QUERY_CHARS] == seen
     assert "searched by its first" in caplog.text

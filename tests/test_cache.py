@@ -9,7 +9,7 @@ import pytest
 import memdb
 from memdb.db import connection
 from memdb.db import rows as db_rows
-from memdb import vecmath
+from memdb import recall, vecmath
 from memdb.search import fusion as search_fusion
 from memdb.index import fts
 from memdb.index import copies
@@ -64,7 +64,7 @@ def test_search_with_the_copy_returns_what_search_without_it_returns(copied):
     rng = np.random.default_rng(2)
     insert(copied, unit(rng, 40))
     for query in ("which database", "science fiction", "咖啡", "auth module", "shipped"):
-        vector = copied._query_vector(query, "alice", None)
+        vector = recall.query_vector(copied, query, "alice", None)
         for layer in search_fusion.LAYERS:
             args = dict(user="alice", k=10, layer=layer, settings=copied.settings, query_vector=vector)
             with_copy = search_fusion.search(copied.conn, query, copies=copied.copies, term_counts=copied.term_counts, **args)

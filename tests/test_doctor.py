@@ -12,6 +12,7 @@ import pytest
 
 import memdb
 from memdb import cli, doctor
+from memdb.extractor import Extractor
 from memdb.models import embedders, llama, worker
 from tests.conftest import HashEmbedder
 from tests.model_fakes import ControlledLLM
@@ -30,7 +31,7 @@ def model_is(monkeypatch):
 
     def use(factory) -> worker.WorkerLLM:
         made.append(worker.WorkerLLM(factory, timeout=60))
-        monkeypatch.setattr(memdb.Memory, "_make_llm", lambda self: made[-1])
+        monkeypatch.setattr(Extractor, "make", lambda self: made[-1])
         return made[-1]
 
     yield use

@@ -16,6 +16,8 @@ import pytest
 import memdb
 from memdb.db import forget
 from memdb.db import connection
+from memdb import flow
+from memdb.extraction.records import Candidate
 from memdb.lifecycle import absorb
 
 
@@ -28,10 +30,8 @@ ATOM_SECRET = "xkv4atomword"
 def _absorb(mem: memdb.Memory, user: str, obj: str, turn_ids: list[int]) -> int:
     record = {"kind": "fact", "subject": user, "predicate": "keeps", "object": obj}
     with connection.write(mem.conn):
-        _, atom_id = absorb.absorb(
-            mem.conn, user=user, record=record, confidence=0.9, turn_ids=turn_ids,
-            ts="2026-05-01T10:00:00", vector=mem.embedder.embed([f"{user} keeps {obj}"])[0], settings=mem.settings,
-        )
+        _, atom_id = flow.absorb(mem, Candidate(record, 0.9, turn_ids), user=user, ts="2026-05-01T10:00:00",
+                                 vector=mem.embedder.embed([f"{user} keeps {obj}"])[0])
     return atom_id
 
 

@@ -17,6 +17,8 @@ from hypothesis import given, settings, strategies as st
 import memdb
 from memdb import checks, codec
 from memdb.db import connection
+from memdb import flow
+from memdb.extraction.records import Candidate
 from memdb.lifecycle import absorb
 from tests.conftest import HashEmbedder
 
@@ -70,11 +72,9 @@ def _fill(mem: memdb.Memory, users: list[str], data: st.DataObject) -> dict[str,
                                          "object": f"{words[0]} {me.marker}",
                                          **({"date": f"2026-03-{day + 1:02d}"} if kind == "event" else {})})
                 with connection.write(mem.conn):
-                    _, atom_id = absorb.absorb(
-                        mem.conn, user=user, record=record, confidence=0.8, turn_ids=ids,
-                        ts=f"2026-03-{day + 1:02d}T10:00:00", settings=mem.settings,
-                        vector=mem.embedder.embed([codec.canonical_text(record)])[0],
-                    )
+                    _, atom_id = flow.absorb(mem, Candidate(record, 0.8, ids), user=user,
+                                             ts=f"2026-03-{day + 1:02d}T10:00:00",
+                                             vector=mem.embedder.embed([codec.canonical_text(record)])[0])
                 me.atoms.add(atom_id)
     return held
 

@@ -8,6 +8,7 @@ import random
 import pytest
 
 import memdb
+from memdb import recall
 from memdb.db import connection
 from memdb.db import rows as db_rows
 from memdb.index import fts
@@ -143,7 +144,7 @@ def test_search_with_keyword_copies_returns_what_full_bm25_returns(copied):
     say(copied, 80)
     plain = memdb.Settings(keyword_postings=0)
     for query in QUERIES:
-        vector = copied._query_vector(query, "alice", None)
+        vector = recall.query_vector(copied, query, "alice", None)
         for layer in search_fusion.LAYERS:
             args = dict(user="alice", k=10, layer=layer, query_vector=vector)
             with_copy = search_fusion.search(copied.conn, query, settings=copied.settings, keywords=copied.keywords, **args)

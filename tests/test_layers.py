@@ -10,8 +10,10 @@ import pytest
 
 import memdb
 from memdb.cli import main
-from memdb.db import connection, layers
-from memdb.lifecycle import absorb, scenarios
+from memdb import flow
+from memdb.db import connection
+from memdb.extraction.records import Candidate
+from memdb.layers import scenarios, store as layers
 from tests.conftest import HashEmbedder
 from tests.test_forget import _raw_bytes, _tables_mentioning
 
@@ -22,8 +24,8 @@ def put(mem: memdb.Memory, user: str, predicate: str, obj: str, turn_ids: list[i
         subject: str = "Ann", ts: str = TS) -> tuple[str, int]:
     record = {"kind": kind, "subject": subject, "predicate": predicate, "object": obj}
     with connection.write(mem.conn):
-        return absorb.absorb(mem.conn, user=user, record=record, confidence=0.9, turn_ids=turn_ids, ts=ts,
-                             vector=mem.embedder.embed([f"{subject} {predicate} {obj}"])[0], settings=mem.settings)
+        return flow.absorb(mem, Candidate(record, 0.9, turn_ids), user=user, ts=ts,
+                           vector=mem.embedder.embed([f"{subject} {predicate} {obj}"])[0])
 
 
 @pytest.fixture
@@ -170,9 +172,8 @@ def test_without_vectors_atoms_join_by_their_terms(db_path):
     with memdb.open(db_path, embedder=None, extract="defer") as mem:
         t = mem.add([{"content": f"turn {i}"} for i in range(3)], user="ann")
         with connection.write(mem.conn):
-            ids = [absorb.absorb(mem.conn, user="ann", record={"kind": "fact", "subject": "Ann", "predicate": p,
-                                 "object": o}, confidence=0.9, turn_ids=[turn], ts=TS, vector=None,
-                                 settings=mem.settings)[1]
+            ids = [flow.absorb(mem, Candidate({"kind": "fact", "subject": "Ann", "predicate": p, "object": o}, 0.9,
+                                              [turn]), user="ann", ts=TS, vector=None)[1]
                    for turn, (p, o) in zip(t, [("works on", "the payment module refactor"),
                                                ("tests", "the payment module refactor code"),
                                                ("bakes", "sourdough bread")])]

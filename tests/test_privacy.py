@@ -10,7 +10,7 @@ import apsw
 import pytest
 
 import memdb
-from memdb import memory
+from memdb import fileerrors
 from memdb.db import connection
 from memdb.lifecycle import absorb
 
@@ -169,7 +169,7 @@ def test_a_full_disk_says_the_disk_is_full(mem):
     (apsw.CorruptError("database disk image is malformed"), "integrity_check"),
 ])
 def test_each_sqlite_failure_gets_its_own_advice(error, words):
-    message = str(memory.file_error("agent.db", error))
+    message = str(fileerrors.file_error("agent.db", error))
     assert words in message
     assert ("integrity_check" in message) == isinstance(error, apsw.CorruptError)
 

@@ -18,6 +18,7 @@ import pytest
 
 import memdb
 from memdb.errors import InvalidInput, ModelError
+from memdb.extractor import Extractor
 from memdb.models import llama, worker
 from tests.model_fakes import LINE, ControlledLLM, SlowLLM, SlowToBuild
 
@@ -173,12 +174,12 @@ def test_the_bundled_model_runs_in_a_shared_worker_with_the_settings(tmp_path, e
     settings = memdb.Settings(model_timeout=7.5, model_extra_buffers=False)
     with memdb.open(tmp_path / "a.db", embedder=embedder, llm=gguf, settings=settings) as a, \
             memdb.open(tmp_path / "b.db", embedder=embedder, llm=gguf, settings=settings) as b:
-        made = a._make_llm()
-        assert isinstance(made, worker.WorkerLLM) and made is b._make_llm()
+        made = a.extractor.make()
+        assert isinstance(made, worker.WorkerLLM) and made is b.extractor.make()
         assert (7.5, "tiny", None) == (made.timeout, made.label, made.pid)
     with memdb.open(tmp_path / "c.db", embedder=embedder, llm=gguf,
                     settings=memdb.Settings(model_worker=False, model_extra_buffers=False)) as c:
-        inline = c._make_llm()
+        inline = c.extractor.make()
         assert isinstance(inline, llama.LlamaLLM) and inline.extra_bufts is False
 
 
@@ -256,7 +257,7 @@ def test_search_returns_while_the_model_is_still_answering(db_path, embedder):
 def test_search_returns_while_the_model_is_still_loading(db_path, embedder, control, monkeypatch):
     # The Memory's own model (the bundled one, made on first use), here one slow to load.
     model = worker.WorkerLLM(functools.partial(SlowToBuild, str(control)))
-    monkeypatch.setattr(memdb.Memory, "_make_llm", lambda self: model)
+    monkeypatch.setattr(Extractor, "make", lambda self: model)
     building, release = control.parent / "control.building", control.parent / "control.release"
     try:
         with memdb.open(db_path, embedder=embedder, extract="defer") as mem:

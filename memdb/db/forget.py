@@ -91,9 +91,10 @@ def _prefix_left(conn: apsw.Connection, table: str, terms: set[str]) -> bool:
     return False
 
 
-def _before_deleting(conn: apsw.Connection) -> bool:
-    """What every delete does first: keep ids from being reused, and tell in-memory vector
-    copies to reload. Whether the file has vector tables."""
+def _deleting(conn: apsw.Connection) -> bool:
+    """What every delete does first: the high ids are remembered (a deleted id is never handed
+    out again) and, when the file has vector tables, the vectors are marked changed, so that
+    in-memory copies (index/copies.py) reload instead of appending. Whether it has them."""
     rows.remember_high_ids(conn)
     vectors = connection.has_vectors(conn)
     if vectors:
@@ -105,7 +106,7 @@ def delete_atoms(conn: apsw.Connection, atom_ids: Sequence[int]) -> None:
     """Delete atoms with their FTS rows and vectors (sources and conflicts cascade). What they
     decided about other atoms goes too: an atom left with no conflict partner is plain active
     again, and an atom they had superseded holds again, or is superseded by their successor."""
-    vectors = _before_deleting(conn)
+    vectors = _deleting(conn)
     partners: set[int] = set()
     relinks = _relinks(conn, set(atom_ids))
     with scrubbed_fts(conn, "atoms_fts", atom_ids):
@@ -149,7 +150,7 @@ def _relinks(conn: apsw.Connection, deleted: set[int]) -> list[tuple[int, int | 
 
 def delete_turns(conn: apsw.Connection, turn_ids: Sequence[int]) -> None:
     """Delete turns with their FTS rows and vectors, and the atoms left with no source."""
-    vectors = _before_deleting(conn)
+    vectors = _deleting(conn)
     orphans: set[int] = set()
     with scrubbed_fts(conn, "turns_fts", turn_ids):
         for turn_id in turn_ids:
@@ -171,8 +172,6 @@ def delete_turns(conn: apsw.Connection, turn_ids: Sequence[int]) -> None:
         for atom_id in still_sourced:
             rows.reindex_sources(conn, atom_id)
     delete_atoms(conn, sorted(orphans - still_sourced))
-
-
 
 
 def forget_user(conn: apsw.Connection, user: str) -> None:

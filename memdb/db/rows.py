@@ -422,6 +422,11 @@ def exists(conn: apsw.Connection, table: str, row_id: int, user: str) -> bool:
     return conn.execute(f'select 1 from "{table}" where "id" = ? and "user" = ?', (row_id, user)).fetchone() is not None
 
 
+def atom_users(conn: apsw.Connection) -> list[str]:
+    """The users that hold atoms, by name."""
+    return [r[0] for r in conn.execute('select distinct "user" from "atoms" order by 1')]
+
+
 def counts(conn: apsw.Connection) -> tuple[int, int]:
     """How many turns and atoms the file holds."""
     return conn.execute('select (select count(*) from "turns"), (select count(*) from "atoms")').fetchone()

@@ -30,7 +30,6 @@ from ..index import fts, vectors
 from ..index.copies import VectorCopies
 from ..index.fts import TermCounts
 from ..settings import Settings
-from . import persona, scenarios
 from .relation import keyword_similarity, relation
 
 log = logging.getLogger("memdb")
@@ -61,27 +60,19 @@ def absorb(
     copies: VectorCopies | None = None,
     term_counts: TermCounts | None = None,
     multilingual: bool = False,
-    cosine_baseline: float = 0.0,
 ) -> tuple[str, int]:
-    """Store one extracted atom for user, deduplicated against what the user holds, and keep
-    the user's scenarios and persona card current (settings.layers).
+    """Store one extracted atom for user, deduplicated against what the user holds (the layers
+    above the atoms are kept current by the flow after this: flow.layers).
 
     Call inside connection.write(). Returns (action, atom_id): "merged" (no new row; atom_id is the
     atom it merged into), "new", "superseded" (new atom; older ones superseded by it, or it by
     a newer one already held) or "conflicting" (new atom; both marked conflicting).
-    multilingual says the vectors read Chinese and English alike (lifecycle.relation);
-    cosine_baseline is the embedder's cosine of unrelated texts (scenarios rescale by it).
+    multilingual says the vectors read Chinese and English alike (lifecycle.relation).
     """
     record = codec.validate(record)
-    action, atom_id = _store(conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids, ts=ts,
-                             vector=vector, settings=settings, copies=copies, term_counts=term_counts,
-                             multilingual=multilingual)
-    if settings.layers:
-        scenarios.place(conn, user=user, atom_id=atom_id, vector=vector, ts=ts, settings=settings,
-                        cosine_baseline=cosine_baseline)
-        if record["kind"] != "event":  # the card holds facts, preferences and constraints
-            persona.update(conn, user, settings)
-    return action, atom_id
+    return _store(conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids, ts=ts,
+                  vector=vector, settings=settings, copies=copies, term_counts=term_counts,
+                  multilingual=multilingual)
 
 
 def _store(conn: apsw.Connection, *, user: str, record: dict, confidence: float, turn_ids: list[int], ts: str,

@@ -11,9 +11,12 @@ from typing import Any
 
 import apsw
 
-from .. import codec, text
+from .. import codec, privacy, text
 from ..db import rows
 from ..db.rows import Hit
+from ..layers import persona as personas, search as scenario_search, store as layers
+from ..settings import Settings
+from . import relevance
 
 
 def render_line(hit: Hit) -> str:
@@ -150,3 +153,30 @@ def related_atoms(conn: apsw.Connection, hit: Hit, *, limit: int = 3) -> list[Hi
         {"id": hit.id, "limit": limit},
     ).fetchall()
     return [rows.hit(row) for row in found]
+
+
+def block(conn: apsw.Connection, hits: list[Hit], *, user: str, settings: Settings, budget: int, layer: str,
+          scenarios: bool, persona: bool, count_tokens: Callable[[str], int]) -> list[tuple[str, Hit | None]]:
+    """context()'s lines, each with the hit it shows (None for the header and persona lines):
+    the hits above settings.context_min_share of the best, under budget tokens with the header;
+    the persona card first (persona=True), and a scenario the hits fall in as one block
+    (scenarios=True). Call under the Memory's lock."""
+    top = max((h.score for h in hits), default=0.0)
+    hits = [h for h in hits if h.score >= settings.context_min_share * top]
+    header = settings.context_header
+    header_cost = count_tokens(header + "\n") if header else 0
+    card = [(f"persona · {line}", None) for line in personas.render(
+        layers.card(conn, user), min(budget - header_cost, settings.persona_tokens),
+        lambda line: count_tokens("persona · " + line))] if persona and budget > header_cost else []
+    left = budget - header_cost - sum(count_tokens(line + "\n") for line, _ in card)
+    if scenarios:
+        hits = scenario_search.blocks(conn, hits, settings)
+    found = lines(hits, lambda h: related_atoms(conn, h), budget=left, count_tokens=count_tokens,
+                  # The assistant's pleasantries never come in as evidence either.
+                  evidence=lambda h: [t for t in source_turns(conn, h) if not relevance.pleasantry(t.role, t.text)],
+                  evidence_for=settings.context_evidence if layer == "both" else 0,
+                  replaced=lambda h: replaced_by(conn, h)) if left > 0 else []
+    # Raw turns are verbatim: a sentence of one that names a credential is withheld here, so
+    # that it never reaches a prompt (the turn itself stays in L0 until forgotten).
+    out = [(privacy.redact(line), hit) for line, hit in [*card, *found]]
+    return [(header, None), *out] if out and header else out

@@ -141,7 +141,7 @@ def _relevance(near: list[tuple[int, float | None]], baseline: float) -> list[tu
 
 def _alpha(query: str, settings: Settings) -> float:
     """The keyword weight: by language, then intent. A Chinese query reaches here with a vector
-    only from an embedder that reads Chinese (memory.py drops MiniLM's), and bigram bm25 over
+    only from an embedder that reads Chinese (embedding.py drops MiniLM's), and bigram bm25 over
     a companion's chatter is the weaker half there (bench/memorybank_retrieval.py)."""
     if text.has_cjk(query):
         return settings.alpha_cjk

@@ -8,7 +8,7 @@ a real but loose match ("what orchestration tool do we use?" and "we are migrati
 pipelines from Airflow to Dagster", 0.78) fell below it. So the baseline is the query's own:
 its mean cosine to a fixed set of everyday statements about nothing in particular (GENERIC),
 which is the dot product with their mean vector, computed once per embedder and cached; never
-below the embedder's constant (memory.py). What it changes for related, loose and unrelated
+below the embedder's constant (embedding.py). What it changes for related, loose and unrelated
 questions: bench/context_floor.py and its results/context_floor.json.
 
 The pleasantries. "Nice to meet you!", "Noted! Anything else?", "加油！" sit close to every

@@ -4,7 +4,7 @@ An atom that absorb stored joins the user's scenario it scores best with (its ce
 the scenario's keywords, a shared source turn or named thing), or seeds a new one; an atom that
 replaced another goes where the replaced one is, since they fill the same slot. No scenario is
 re-clustered from scratch: after each placement only the touched scenarios are rewritten
-(db/layers.refresh), the one the atom joined may merge with its nearest neighbour, and one that
+(store.refresh), the one the atom joined may merge with its nearest neighbour, and one that
 grew past scenario_max_members may split in two when its members fall in two groups.
 """
 
@@ -16,10 +16,10 @@ import apsw
 import numpy as np
 
 from .. import codec
-from ..db import layers
 from ..index import vectors
 from ..settings import Settings
 from ..vecmath import unit
+from . import store as layers
 
 
 def place(conn: apsw.Connection, *, user: str, atom_id: int, vector: np.ndarray | None, ts: str,

@@ -16,8 +16,8 @@ import apsw
 
 from .. import codec, text
 from ..checks import now
-from ..db import layers
 from ..settings import Settings
+from . import store as layers
 
 _KINDS = codec.codes(codec.KINDS, "fact", "preference", "constraint")
 

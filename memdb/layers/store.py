@@ -4,8 +4,8 @@ Everything a scenario shows (title, state line, keywords, centroid, heat, times)
 from its member atoms here, and `refresh` rewrites all of it whenever its members change: a
 join, a merge, a split, a supersession or a forget. So a scenario never holds a word that its
 held members no longer say, and a forgotten atom leaves no trace in it. Which scenario an atom
-joins is decided later in the flow (lifecycle/scenarios.py); the persona card's ranking too
-(lifecycle/persona.py). Call the writers inside connection.write().
+joins is decided later in the flow (layers/scenarios.py); the persona card's ranking too
+(layers/persona.py). Call the writers inside connection.write().
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import numpy as np
 
 from .. import codec, text
 from ..checks import now
+from ..db import connection, rows
 from ..settings import Settings
 from ..vecmath import as_blob, unit
-from . import connection, rows
 
 
 @dataclass

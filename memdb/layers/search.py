@@ -9,9 +9,10 @@ from collections import defaultdict
 import apsw
 
 from .. import codec
-from ..db import layers, rows
+from ..db import rows
 from ..db.rows import Hit
 from ..settings import Settings
+from . import store as layers
 
 
 def search(conn: apsw.Connection, atom_hits: list[Hit], settings: Settings, k: int) -> list[Hit]:
