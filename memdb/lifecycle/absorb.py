@@ -78,9 +78,9 @@ def absorb(
                              multilingual=multilingual)
     if settings.layers:
         scenarios.place(conn, user=user, atom_id=atom_id, vector=vector, ts=ts, settings=settings,
-                        cosine_baseline=cosine_baseline)
+                        cosine_baseline=cosine_baseline, copies=copies)
         if record["kind"] != "event":  # the card holds facts, preferences and constraints
-            persona.update(conn, user, settings)
+            persona.update(conn, user, settings, changed=[atom_id])
     return action, atom_id
 
 

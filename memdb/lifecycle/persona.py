@@ -6,28 +6,56 @@ speakers, one atom a line, each citing its atom id, ranked by how often and how 
 were confirmed: confidence x (1 + ln seen) x freshness. It is re-ranked from the best-ranked
 persona_candidates atoms (one bounded query, not a rebuild from the turns) whenever absorb
 stores, merges or supersedes a fact, preference or constraint, and after a forget.
+
+Ranking all of a user's atoms costs about 2 us an atom (0.25 s at 100k), too much for every
+absorbed atom. So a large user's card is ranked from all their atoms only once every
+(ranked atoms / FULL_RANK_EVERY) updates; the updates in between score again only the atoms
+absorb touched and the card's own lines, at the same time (what the card may miss until the
+next full ranking: an atom that falls below the card's lines and comes back, or an older one
+overtaking newer ones as time passes; bench/results/write_path.json). A user with fewer than
+FULL_RANK_EVERY ranked atoms is ranked fully every time, and keeps nothing in meta.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterable
 
 import apsw
 
 from .. import codec, text
 from ..checks import now
-from ..db import layers
+from ..db import connection, layers
 from ..settings import Settings
 
 _KINDS = codec.codes(codec.KINDS, "fact", "preference", "constraint")
+FULL_RANK_EVERY = 500  # ranked atoms per incremental update between two full rankings
 
 
-def update(conn: apsw.Connection, user: str, settings: Settings) -> None:
-    """Re-rank the user's persona lines. Call inside connection.write()."""
-    speakers = _speakers(conn, user)
+def update(conn: apsw.Connection, user: str, settings: Settings, changed: Iterable[int] | None = None) -> None:
+    """Re-rank the user's persona lines. Call inside connection.write(). changed: the atoms
+    absorb just stored, merged or superseded: unless a full ranking is due, only they and the
+    card's atoms are scored again. None (after a forget): rank all of the user's atoms."""
+    key = layers.persona_rank_key(user)
+    due = _due(conn, key)
+    if changed is not None and due.get("left", 0) > 0:
+        among = {atom_id for atom_id, _ in layers.card(conn, user)} | set(changed or ())
+        ranked = _ranked(conn, user, settings, among=among)
+        speakers = set(due.get("speakers", ()))
+        connection.set_meta(conn, key, json.dumps({**due, "left": due["left"] - 1}))
+    else:
+        ranked = _ranked(conn, user, settings)
+        speakers = _speakers(conn, user)
+        count = conn.execute(f'select count(*) from "atoms" where "user" = ? and "status" in {codec.HELD} '
+                             f'and "kind" in {_KINDS}', (user,)).fetchone()[0]
+        if count >= FULL_RANK_EVERY:
+            connection.set_meta(conn, key, json.dumps({"left": count // FULL_RANK_EVERY,
+                                                       "speakers": sorted(speakers)}))
+        elif due:
+            conn.execute('delete from "meta" where "key" = ?', (key,))
     lines: list[tuple[int, str, float]] = []
     shown: list[set[str]] = []
-    for atom_id, line, record, score in _ranked(conn, user, settings):
+    for atom_id, line, record, score in ranked:
         if speakers and codec.unpack(record).get("subject") not in speakers:
             continue  # about someone else the user mentioned: not who the user is
         terms = set(text.terms(line))
@@ -47,18 +75,34 @@ def _speakers(conn: apsw.Connection, user: str) -> set[str]:
         (user, codec.ROLES["user"]))}
 
 
-def _ranked(conn: apsw.Connection, user: str, settings: Settings) -> list[tuple]:
-    """(id, text, record, score) of the user's best-ranked held non-event atoms."""
+def _due(conn: apsw.Connection, key: str) -> dict:
+    """{"left": updates before the next full ranking, "speakers": as of the last} or {}."""
+    try:
+        found = json.loads(connection.get_meta(conn, key) or "{}")
+    except ValueError:  # a hand edit: rank fully, which writes it again
+        return {"left": 0}
+    return found if isinstance(found, dict) and isinstance(found.get("left", 0), int) else {"left": 0}
+
+
+def _ranked(conn: apsw.Connection, user: str, settings: Settings, among: set[int] | None = None) -> list[tuple]:
+    """(id, text, record, score) of the user's best-ranked held non-event atoms (of among only,
+    given). Lines and records are read for the best alone: reading them for every atom was
+    most of a full ranking's time."""
+    only = "" if among is None else f' and a."id" in ({",".join(str(int(i)) for i in among) or "null"})'
     return conn.execute(
         f'''
-        with latest as (select coalesce(max("ts"), ?) as at from "turns" where "user" = ?)
-        select a."id", a."text", a."record",
-               a."confidence" * (1 + ln(a."seen")) * (? + (1 - ?) * pow(0.5,
-                   max(0, julianday(latest.at) - julianday(a."last_seen")) / ?))
-               * case a."kind" when ? then ? when ? then ? else ? end as score
-        from "atoms" a, latest
-        where a."user" = ? and a."status" in {codec.HELD} and a."kind" in {_KINDS}
-        order by score desc, a."id" limit ?''',
+        with latest as (select coalesce(max("ts"), ?) as at from "turns" where "user" = ?),
+        best as (
+            select a."id",
+                   a."confidence" * (1 + ln(a."seen")) * (? + (1 - ?) * pow(0.5,
+                       max(0, julianday(latest.at) - julianday(a."last_seen")) / ?))
+                   * case a."kind" when ? then ? when ? then ? else ? end as score
+            from "atoms" a, latest
+            where a."user" = ? and a."status" in {codec.HELD} and a."kind" in {_KINDS}{only}
+            order by score desc, a."id" limit ?)
+        select a."id", a."text", a."record", best.score
+        from best join "atoms" a on a."id" = best."id"
+        order by best.score desc, a."id"''',
         (now(), user, settings.freshness_floor, settings.freshness_floor, settings.persona_half_life_days,
          codec.KINDS["preference"], settings.persona_kind_weight["preference"], codec.KINDS["constraint"],
          settings.persona_kind_weight["constraint"], settings.persona_kind_weight["fact"],
