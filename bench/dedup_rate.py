@@ -1,7 +1,14 @@
 """Dedup rate of one memdb tree on a file bench/scale.py built: atoms/s through
-lifecycle.absorb with the user's vector copy loaded, one atom at a time, rolled back. Run with
---tree pointing at another checkout's package to time an older memdb on the same file in the
-same locked session (bench/scale.py --insert-only times today's, batched and not).
+lifecycle.absorb with the user's vector copy loaded, rolled back. Run with --tree pointing at
+another checkout's package to time an older memdb on the same file in the same locked session
+(bench/scale.py --insert-only times today's, batched and not).
+
+--batch N ranks the atoms N at a time as extraction hands them over (copies.expect, as Memory
+does before each batch's dedup; 0: one at a time); --set name=value overrides a Settings field
+(layers=false: absorb without the L2/L3 upkeep, whose cost per atom is the difference).
+Prints the actions, the decisions (to compare trees or settings on the same records), the
+persona card the run left and the card a full ranking gives at the end (lifecycle/persona.py
+ranks a large user's card fully only when due), and the process's peak RSS.
 
     git archive BASE memdb | tar -x -C /tmp/base
     flock /tmp/memdb-cpu.lock .venv/bin/python bench/dedup_rate.py --db /tmp/memdb_scale_100k.db --tree /tmp/base
@@ -13,6 +20,7 @@ import argparse
 import datetime as dt
 import json
 import random
+import resource
 import sys
 import time
 from pathlib import Path
@@ -26,6 +34,9 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, default=ROOT, help="the directory holding the memdb package to time")
     parser.add_argument("--atoms", type=int, default=300)
     parser.add_argument("--copy-mb", type=float, default=4096)
+    parser.add_argument("--batch", type=int, default=0, help="atoms ranked together (copies.expect); 0: one at a time")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a Settings field for this run (JSON value, or a bare word)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "bench"))
     sys.path.insert(0, str(args.tree))
@@ -41,7 +52,7 @@ def main() -> None:
 
     assert Path(absorb.__file__).is_relative_to(args.tree), absorb.__file__
     conn = connection.connect(args.db)
-    settings = Settings()
+    settings = Settings(**dict(_setting(pair) for pair in args.set))
     user = conn.execute('select "user" from "atoms" limit 1').fetchone()[0]
     copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
     indexes = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth)}
@@ -57,15 +68,34 @@ def main() -> None:
     decisions = []
     conn.execute("begin immediate")
     t0 = time.perf_counter()
-    for record, vector in zip(records, vectors):
+    for i, (record, vector) in enumerate(zip(records, vectors)):
+        if args.batch and i % args.batch == 0 and hasattr(copies, "expect"):
+            copies.expect(vectors[i:i + args.batch])
         decisions.append(absorb.absorb(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id], ts=ts,
                                        vector=vector, settings=settings, **indexes))
     seconds = time.perf_counter() - t0
+    card = full = None
+    if settings.layers:
+        from memdb.lifecycle import persona
+
+        card = [r[0] for r in conn.execute('select "atom_id" from "persona" where "user" = ? order by "rank"', (user,))]
+        persona.update(conn, user, settings)  # a full ranking, as when due
+        full = [r[0] for r in conn.execute('select "atom_id" from "persona" where "user" = ? order by "rank"', (user,))]
     conn.execute("rollback")
-    print(json.dumps({"tree": str(args.tree), "db": args.db, "atoms": args.atoms,
-                      "absorb_atoms_per_s": round(args.atoms / seconds, 1),
+    print(json.dumps({"tree": str(args.tree), "db": args.db, "atoms": args.atoms, "batch": args.batch,
+                      "settings": args.set, "absorb_atoms_per_s": round(args.atoms / seconds, 1),
+                      "ms_per_atom": round(1000 * seconds / args.atoms, 2),
                       "actions": {a: sum(d[0] == a for d in decisions) for a in {d[0] for d in decisions}},
-                      "decisions": decisions}))
+                      "decisions": decisions, "persona_card": card, "persona_card_full": full,
+                      "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
+
+
+def _setting(pair: str) -> tuple[str, object]:
+    name, _, value = pair.partition("=")
+    try:
+        return name, json.loads(value)
+    except ValueError:
+        return name, value
 
 
 if __name__ == "__main__":
