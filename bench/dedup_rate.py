@@ -28,6 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+RECORDS = 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", required=True)
@@ -61,14 +64,16 @@ def main() -> None:
     rng, nrng = random.Random(9), np.random.default_rng(9)
     turn_id = conn.execute('select max("id") from "turns" where "user" = ?', (user,)).fetchone()[0]
     ts = conn.execute('select "ts" from "turns" where "id" = ?', (turn_id,)).fetchone()[0]
-    ids = [rng.randrange(len(pool_bases)) for _ in range(args.atoms)]
+    # Records drawn for RECORDS atoms whatever --atoms is, so runs of different lengths absorb
+    # the same first atoms and their decisions compare.
+    ids = [rng.randrange(len(pool_bases)) for _ in range(max(args.atoms, RECORDS))]
     records = [synth.record_for(pool_bases[i], rng.choice(["Alice", "Bob", "小王"]), dt.date(2023, 5, 1), rng) for i in ids]
     vectors = synth.derive(pool, np.array(ids), nrng)
     copies.sync(conn, "atoms", user)
     decisions = []
     conn.execute("begin immediate")
     t0 = time.perf_counter()
-    for i, (record, vector) in enumerate(zip(records, vectors)):
+    for i, (record, vector) in enumerate(zip(records[:args.atoms], vectors[:args.atoms])):
         if args.batch and i % args.batch == 0 and hasattr(copies, "expect"):
             copies.expect(vectors[i:i + args.batch])
         decisions.append(absorb.absorb(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id], ts=ts,

@@ -154,8 +154,8 @@ class VectorCopies:
         self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few vectors, as of stamp
         self.expected: dict[bytes, int] = {}  # vectors expect() was given -> their row in
         self.queries = np.empty((0, 0), np.float32)  # ... these, unit length
-        # (id of a part, k) -> (the part, its rows then, each expected vector's nearest rows)
-        self.batches: dict[tuple[int, int], tuple[VectorCopy, int, np.ndarray]] = {}
+        # id of a part -> (the part, its rows then, each expected vector's nearest rows)
+        self.batches: dict[int, tuple[VectorCopy, int, np.ndarray]] = {}
 
     def expect(self, vectors: np.ndarray) -> None:
         """Vectors about to be ranked one after another (an extraction batch's atoms, each
@@ -186,11 +186,14 @@ class VectorCopies:
         of every expected vector (made on first use); None to rank the vector alone."""
         if batched is None or part.n <= k * BATCH_MARGIN:
             return None
-        made = self.batches.get((id(part), k))
-        if made is None or made[0] is not part or made[1] != part.n:  # new, or the part grew since
-            scores = np.asarray(part.matrix[: part.n]) @ self.queries.T  # (rows, vectors)
-            nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=0)[: k * BATCH_MARGIN].T
-            self.batches[(id(part), k)] = made = (part, part.n, nearest)
+        # One ranking serves every k up to the rows it kept (dedup asks for k, scenario
+        # placement for k + 1 with the same vector): top_k checks that they hold k active rows.
+        made = self.batches.get(id(part))
+        if made is None or made[0] is not part or made[1] != part.n or made[2].shape[1] < k:
+            # new, the part grew since, or too few rows kept
+            scores = self.queries @ np.asarray(part.matrix[: part.n]).T  # (vectors, rows): each row contiguous
+            nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=1)[:, : k * BATCH_MARGIN]
+            self.batches[id(part)] = made = (part, part.n, nearest)
         return made[2][batched]
 
     def sync(self, conn: apsw.Connection, layer: str, user: str) -> None:

@@ -54,13 +54,13 @@ def update(conn: apsw.Connection, user: str, settings: Settings, changed: Iterab
         elif due:
             conn.execute('delete from "meta" where "key" = ?', (key,))
     lines: list[tuple[int, str, float]] = []
-    shown: list[set[str]] = []
+    shown: list[frozenset[str]] = []
     for atom_id, line, record, score in ranked:
         if speakers and codec.unpack(record).get("subject") not in speakers:
             continue  # about someone else the user mentioned: not who the user is
-        terms = set(text.terms(line))
+        terms = frozenset(text.terms(line))
         # The same thing said in other words (a repeat dedup did not merge) takes no second line.
-        if any(_contained(terms, other, settings.merge_keyword_overlap) for other in shown):
+        if _contained(terms, shown, settings.merge_keyword_overlap):
             continue
         lines.append((atom_id, f"{line} (#{atom_id})", score))
         shown.append(terms)
@@ -109,8 +109,10 @@ def _ranked(conn: apsw.Connection, user: str, settings: Settings, among: set[int
          user, settings.persona_candidates)).fetchall()
 
 
-def _contained(terms: set[str], other: set[str], share: float) -> bool:
-    return bool(terms) and len(terms & other) >= share * len(terms)
+def _contained(terms: frozenset[str], shown: list[frozenset[str]], share: float) -> bool:
+    """Whether share of terms are in one of the lines shown."""
+    need = share * len(terms)
+    return bool(terms) and any(len(terms & other) >= need for other in shown)
 
 
 def render(card: list[tuple[int, str]], budget: int, count_tokens: Callable[[str], int]) -> list[str]:
