@@ -4,8 +4,10 @@ another checkout's package to time an older memdb on the same file in the same l
 (bench/scale.py --insert-only times today's, batched and not).
 
 --batch N ranks the atoms N at a time as extraction hands them over (copies.expect, as Memory
-does before each batch's dedup; 0: one at a time); --set name=value overrides a Settings field
-(layers=false: absorb without the L2/L3 upkeep, whose cost per atom is the difference).
+does before each batch's dedup; 0: one at a time); --commit-every N commits every N atoms, as
+Memory writes each extraction batch in a transaction of its own (else one transaction for all,
+in which the vector copies read every row written since it began); --set name=value overrides
+a Settings field (layers=false: absorb without the L2/L3 upkeep, whose cost is the difference).
 Prints the actions, the decisions (to compare trees or settings on the same records), the
 persona card the run left and the card a full ranking gives at the end (lifecycle/persona.py
 ranks a large user's card fully only when due), and the process's peak RSS.
@@ -21,6 +23,7 @@ import datetime as dt
 import json
 import random
 import resource
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -38,6 +41,9 @@ def main() -> None:
     parser.add_argument("--atoms", type=int, default=300)
     parser.add_argument("--copy-mb", type=float, default=4096)
     parser.add_argument("--batch", type=int, default=0, help="atoms ranked together (copies.expect); 0: one at a time")
+    parser.add_argument("--commit-every", type=int, default=0,
+                        help="commit every N atoms, syncing the copies first, as Memory writes an extraction batch "
+                             "(on a scratch copy of --db, deleted after); 0: one transaction, rolled back")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a Settings field for this run (JSON value, or a bare word)")
     args = parser.parse_args()
@@ -54,7 +60,13 @@ def main() -> None:
     import synth  # after memdb: it puts this checkout first on sys.path
 
     assert Path(absorb.__file__).is_relative_to(args.tree), absorb.__file__
-    conn = connection.connect(args.db)
+    db = args.db
+    if args.commit_every:  # commits change the file: work on a scratch copy of it
+        db = args.db + ".scratch"
+        for suffix in ("", "-wal"):
+            if Path(args.db + suffix).exists():
+                shutil.copyfile(args.db + suffix, db + suffix)
+    conn = connection.connect(db)
     settings = Settings(**dict(_setting(pair) for pair in args.set))
     user = conn.execute('select "user" from "atoms" limit 1').fetchone()[0]
     copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
@@ -69,16 +81,22 @@ def main() -> None:
     ids = [rng.randrange(len(pool_bases)) for _ in range(max(args.atoms, RECORDS))]
     records = [synth.record_for(pool_bases[i], rng.choice(["Alice", "Bob", "小王"]), dt.date(2023, 5, 1), rng) for i in ids]
     vectors = synth.derive(pool, np.array(ids), nrng)
-    copies.sync(conn, "atoms", user)
+    every = args.commit_every or args.atoms
     decisions = []
-    conn.execute("begin immediate")
     t0 = time.perf_counter()
-    for i, (record, vector) in enumerate(zip(records[:args.atoms], vectors[:args.atoms])):
-        if args.batch and i % args.batch == 0 and hasattr(copies, "expect"):
-            copies.expect(vectors[i:i + args.batch])
-        decisions.append(absorb.absorb(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id], ts=ts,
-                                       vector=vector, settings=settings, **indexes))
+    for start in range(0, args.atoms, every):
+        copies.sync(conn, "atoms", user)  # as Memory does before each extraction batch
+        conn.execute("begin immediate")
+        for i in range(start, min(args.atoms, start + every)):
+            if args.batch and i % args.batch == 0 and hasattr(copies, "expect"):
+                copies.expect(vectors[i:i + args.batch])
+            decisions.append(absorb.absorb(conn, user=user, record=records[i], confidence=0.8, turn_ids=[turn_id],
+                                           ts=ts, vector=vectors[i], settings=settings, **indexes))
+        if args.commit_every:
+            conn.execute("commit")
     seconds = time.perf_counter() - t0
+    if args.commit_every:
+        conn.execute("begin immediate")
     card = full = None
     if settings.layers:
         from memdb.lifecycle import persona
@@ -87,7 +105,12 @@ def main() -> None:
         persona.update(conn, user, settings)  # a full ranking, as when due
         full = [r[0] for r in conn.execute('select "atom_id" from "persona" where "user" = ? order by "rank"', (user,))]
     conn.execute("rollback")
+    if args.commit_every:
+        conn.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(db + suffix).unlink(missing_ok=True)
     print(json.dumps({"tree": str(args.tree), "db": args.db, "atoms": args.atoms, "batch": args.batch,
+                      "commit_every": args.commit_every,
                       "settings": args.set, "absorb_atoms_per_s": round(args.atoms / seconds, 1),
                       "ms_per_atom": round(1000 * seconds / args.atoms, 2),
                       "actions": {a: sum(d[0] == a for d in decisions) for a in {d[0] for d in decisions}},

@@ -2,8 +2,9 @@
 
 Runs bench/dedup_rate.py in fresh processes on a file bench/scale.py built (one user), alternating
 the base tree (another checkout's memdb, e.g. main before this change) and this one, --repeats
-times each, and reports medians: atoms/s through lifecycle.absorb one at a time and in
-extraction's batches (copies.expect), the same with Settings(layers=False) (the L2/L3 upkeep per
+times each, and reports medians: atoms/s through lifecycle.absorb one at a time (one
+transaction, rolled back) and in extraction's batches (copies.expect, a transaction a batch,
+committed on a scratch copy of the file, as Memory writes), the same with Settings(layers=False) (the L2/L3 upkeep per
 atom is the difference of the two), whether each run took the base's decisions on the same
 records (the base is slow, so it absorbs --base-atoms of them; the decisions are compared on
 those), the persona card left by the run against a full ranking's, and peak RSS.
@@ -28,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run(tree: Path, db: str, atoms: int, batch: int, settings: list[str]) -> dict:
     cmd = [sys.executable, str(ROOT / "bench" / "dedup_rate.py"), "--db", db, "--tree", str(tree),
-           "--atoms", str(atoms), "--batch", str(batch), *[f"--set={s}" for s in settings]]
+           "--atoms", str(atoms), "--batch", str(batch), "--commit-every", str(batch),
+           *[f"--set={s}" for s in settings]]
     out = json.loads(subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True).stdout.strip().splitlines()[-1])
     print(f"{tree.name} batch={batch} {settings}: {out['absorb_atoms_per_s']} atoms/s", file=sys.stderr)
     return out
