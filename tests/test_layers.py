@@ -241,7 +241,8 @@ def test_a_large_users_card_is_updated_from_the_changed_atoms_and_ranked_fully_w
 
     from memdb.lifecycle import persona
 
-    monkeypatch.setattr(persona, "FULL_RANK_EVERY", 2)  # from 2 ranked atoms on: 1 update in 2 is full
+    monkeypatch.setattr(persona, "FULL_RANK_BELOW", 2)  # from 2 ranked atoms on, incremental updates:
+    monkeypatch.setattr(persona, "ATOMS_PER_UPDATE", 2)  # one for every 2 ranked atoms between full rankings
     mem.settings = dataclasses.replace(mem.settings, persona_candidates=2)
     ids = [put(mem, "ann", p, o, [turns[i]])[1] for i, (p, o) in enumerate(
         [("drinks", "green tea"), ("plays", "chess"), ("speaks", "Welsh"), ("owns", "a kayak")])]

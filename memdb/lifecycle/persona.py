@@ -7,13 +7,15 @@ were confirmed: confidence x (1 + ln seen) x freshness. It is re-ranked from the
 persona_candidates atoms (one bounded query, not a rebuild from the turns) whenever absorb
 stores, merges or supersedes a fact, preference or constraint, and after a forget.
 
-Ranking all of a user's atoms costs about 2 us an atom (0.25 s at 100k), too much for every
-absorbed atom. So a large user's card is ranked from all their atoms only once every
-(ranked atoms / FULL_RANK_EVERY) updates; the updates in between score again only the atoms
-absorb touched and the card's own lines, at the same time (what the card may miss until the
-next full ranking: an atom that falls below the card's lines and comes back, or an older one
-overtaking newer ones as time passes; bench/results/write_path.json). A user with fewer than
-FULL_RANK_EVERY ranked atoms is ranked fully every time, and keeps nothing in meta.
+Ranking all of a user's atoms costs 2-4 us an atom (0.25 s at 100k), too much for every
+absorbed atom. So the card of a user with FULL_RANK_BELOW ranked atoms or more is ranked from
+all of them only once every (ranked atoms / ATOMS_PER_UPDATE) updates, which bounds a full
+ranking's share of each update to ATOMS_PER_UPDATE atoms' worth; the updates in between score
+again only the atoms absorb touched and the card's own lines, at the same time. What the card
+may miss until the next full ranking: an atom that fell below the card's lines and comes back,
+or an older one overtaking newer ones as time passes (bench/results/write_path.json compares
+the card with a full ranking's). A smaller user is ranked fully every time and keeps nothing in
+meta.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from ..db import connection, layers
 from ..settings import Settings
 
 _KINDS = codec.codes(codec.KINDS, "fact", "preference", "constraint")
-FULL_RANK_EVERY = 500  # ranked atoms per incremental update between two full rankings
+FULL_RANK_BELOW = 500  # ranked atoms from which a card is updated incrementally between full rankings
+ATOMS_PER_UPDATE = 100  # ranked atoms per incremental update between two full rankings
 
 
 def update(conn: apsw.Connection, user: str, settings: Settings, changed: Iterable[int] | None = None) -> None:
@@ -48,8 +51,8 @@ def update(conn: apsw.Connection, user: str, settings: Settings, changed: Iterab
         speakers = _speakers(conn, user)
         count = conn.execute(f'select count(*) from "atoms" where "user" = ? and "status" in {codec.HELD} '
                              f'and "kind" in {_KINDS}', (user,)).fetchone()[0]
-        if count >= FULL_RANK_EVERY:
-            connection.set_meta(conn, key, json.dumps({"left": count // FULL_RANK_EVERY,
+        if count >= FULL_RANK_BELOW:
+            connection.set_meta(conn, key, json.dumps({"left": count // ATOMS_PER_UPDATE,
                                                        "speakers": sorted(speakers)}))
         elif due:
             conn.execute('delete from "meta" where "key" = ?', (key,))
