@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import random
 import resource
@@ -98,8 +99,13 @@ def main() -> None:
     seconds = time.perf_counter() - t0
     if args.commit_every:
         conn.execute("begin immediate")
-    card = full = None
+    card = full = placed = None
     if settings.layers:
+        # Which atoms share a scenario, as a digest: placement must not change with how it ranks.
+        groups = sorted(r[0] for r in conn.execute(
+            'select group_concat("atom_id") from (select "scenario_id", "atom_id" from "scenario_atoms" '
+            'order by "scenario_id", "atom_id") group by "scenario_id"'))
+        placed = hashlib.sha1("\n".join(groups).encode()).hexdigest()[:16]
         from memdb.lifecycle import persona
 
         card = [r[0] for r in conn.execute('select "atom_id" from "persona" where "user" = ? order by "rank"', (user,))]
@@ -116,6 +122,7 @@ def main() -> None:
                       "ms_per_atom": round(1000 * seconds / args.atoms, 2),
                       "actions": {a: sum(d[0] == a for d in decisions) for a in {d[0] for d in decisions}},
                       "decisions": decisions, "persona_card": card, "persona_card_full": full,
+                      "scenarios_digest": placed,
                       "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
 
 

@@ -81,6 +81,7 @@ def main() -> None:
             out[name]["persona_card_lines"] = len(card)
             out[name]["persona_card_same_as_full_ranking"] = card == full
             out[name]["persona_top10_same_as_full_ranking"] = card[:10] == full[:10]
+            out[name]["scenarios_digest"] = first.get("scenarios_digest")
     for on, off in (("one_at_a_time", "one_at_a_time_layers_off"), ("batched", "batched_layers_off")):
         out[f"{on}_layers_upkeep_ms_per_atom"] = round(out[on]["ms_per_atom_median"] - out[off]["ms_per_atom_median"], 2)
     if args.base:

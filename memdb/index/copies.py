@@ -21,7 +21,9 @@ beside it. A mapped base is not counted in vector_copy_mb: its pages are the OS'
 
 Deduplication ranks an extraction batch's atoms one after another; given the batch's vectors
 first (expect), the copy ranks them all in one matrix product and each lookup then scores
-only the few rows that product found (bench/scale.py: same decisions, fewer passes).
+only the few rows that product found (bench/scale.py: same decisions, fewer passes). A vector
+ranked alone inside a write is kept the same way, as a batch of one: scenario placement ranks
+it again right after deduplication (bench/write_path.py).
 """
 
 from __future__ import annotations
@@ -174,7 +176,14 @@ class VectorCopies:
         parts = self._parts(conn, layer, user)
         if parts is None:
             return None
-        batched = self.expected.get(np.asarray(query, np.float32).tobytes())
+        raw = np.asarray(query, np.float32)
+        batched = self.expected.get(raw.tobytes())
+        if batched is None and layer == "atoms" and not conn.getautocommit() and len(self.expected) <= 1:
+            # Inside a write, an atom's vector is ranked for deduplication, then again (k + 1)
+            # for its scenario once stored: as a batch of one, the second scores only the rows
+            # the first found (no extraction batch is pending, which this would replace).
+            self.expect([raw])
+            batched = 0
         query = unit(query)
         with self.blas_limit():
             ranked = [hit for part, active in parts for hit in part.top_k(
