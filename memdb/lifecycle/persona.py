@@ -20,6 +20,7 @@ meta.
 
 from __future__ import annotations
 
+import collections
 import json
 from collections.abc import Callable, Iterable
 
@@ -57,16 +58,17 @@ def update(conn: apsw.Connection, user: str, settings: Settings, changed: Iterab
         elif due:
             conn.execute('delete from "meta" where "key" = ?', (key,))
     lines: list[tuple[int, str, float]] = []
-    shown: list[frozenset[str]] = []
+    shown: dict[str, list[int]] = {}  # term -> the lines kept that hold it
     for atom_id, line, record, score in ranked:
         if speakers and codec.unpack(record).get("subject") not in speakers:
             continue  # about someone else the user mentioned: not who the user is
-        terms = frozenset(text.terms(line))
+        terms = set(text.terms(line))
         # The same thing said in other words (a repeat dedup did not merge) takes no second line.
-        if _contained(terms, shown, settings.merge_keyword_overlap):
+        if _contained(terms, shown, len(lines), settings.merge_keyword_overlap):
             continue
+        for term in terms:
+            shown.setdefault(term, []).append(len(lines))
         lines.append((atom_id, f"{line} (#{atom_id})", score))
-        shown.append(terms)
     layers.write_card(conn, user, lines)
 
 
@@ -112,10 +114,15 @@ def _ranked(conn: apsw.Connection, user: str, settings: Settings, among: set[int
          user, settings.persona_candidates)).fetchall()
 
 
-def _contained(terms: frozenset[str], shown: list[frozenset[str]], share: float) -> bool:
-    """Whether share of terms are in one of the lines shown."""
+def _contained(terms: set[str], shown: dict[str, list[int]], lines: int, share: float) -> bool:
+    """Whether share of terms are in one of the lines kept (shown: their terms, inverted)."""
     need = share * len(terms)
-    return bool(terms) and any(len(terms & other) >= need for other in shown)
+    if not terms or not lines:
+        return False
+    if need <= 0:
+        return True
+    found = collections.Counter(line for term in terms for line in shown.get(term, ()))
+    return any(count >= need for count in found.values())
 
 
 def render(card: list[tuple[int, str]], budget: int, count_tokens: Callable[[str], int]) -> list[str]:
