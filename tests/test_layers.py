@@ -261,3 +261,19 @@ def test_a_large_users_card_is_updated_from_the_changed_atoms_and_ranked_fully_w
     assert {"left": 3, "speakers": ["Ann"]} == json.loads(connection.get_meta(mem.conn, key))
     mem.forget(user="ann")
     assert connection.get_meta(mem.conn, key) is None
+
+
+def test_a_card_line_said_again_in_more_words_takes_no_second_line(mem, turns):
+    from memdb.db import rows
+    from memdb.lifecycle import persona
+
+    with connection.write(mem.conn):
+        for seen, (predicate, obj) in [(3, ("plays", "chess on weekends")), (2, ("speaks", "Welsh")),
+                                       (1, ("plays", "chess"))]:
+            atom = rows.insert_atom(mem.conn, user="ann", record={"kind": "fact", "subject": "Ann", "predicate": predicate,
+                                                                   "object": obj},
+                                    confidence=0.9, turn_ids=[turns[0]], first_seen=TS, last_seen=TS, vector=None)
+            mem.conn.execute('update "atoms" set "seen" = ? where "id" = ?', (seen, atom))
+        persona.update(mem.conn, "ann", mem.settings)
+    lines = [line.split(" (#")[0] for _, line in layers.card(mem.conn, "ann")]
+    assert ["Ann plays chess on weekends", "Ann speaks Welsh"] == lines
