@@ -7,7 +7,8 @@ transaction, rolled back) and in extraction's batches (copies.expect, a transact
 committed on a scratch copy of the file, as Memory writes), the same with Settings(layers=False) (the L2/L3 upkeep per
 atom is the difference of the two), whether each run took the base's decisions on the same
 records (the base is slow, so it absorbs --base-atoms of them; the decisions are compared on
-those), the persona card left by the run against a full ranking's, and peak RSS.
+those), the time spent in scenario placement and the persona update (timed where absorb calls
+them: the L2/L3 upkeep per atom), the persona card left by the run against a full ranking's, and peak RSS.
 
     git archive 7c63124 memdb schema.sql | tar -x -C /tmp/base
     flock /tmp/memdb-cpu.lock .venv/bin/python bench/write_path.py --db /tmp/memdb_scale_100k.db --base /tmp/base
@@ -71,6 +72,8 @@ def main() -> None:
             "atoms_per_s_runs": [r["absorb_atoms_per_s"] for r in found],
             "atoms_per_s_median": statistics.median(r["absorb_atoms_per_s"] for r in found),
             "ms_per_atom_median": statistics.median(r["ms_per_atom"] for r in found),
+            "layers_ms_per_atom_median": statistics.median(r["layers_ms_per_atom"] for r in found),
+            "layers_ms_per_atom_runs": [r["layers_ms_per_atom"] for r in found],
             "actions": first["actions"],
             f"same_decisions_as_reference_first_{n}": first["decisions"][:n] == reference[:n],
             "decisions_differing": sum(a != b for a, b in zip(first["decisions"][:n], reference[:n])),
