@@ -53,6 +53,10 @@ READ_ROWS = 4096  # vectors read into a copy at a time
 # A batch ranking keeps k x this many rows per vector: rows superseded after it was made are
 # dropped from them, and only if fewer than k are left is the vector ranked alone.
 BATCH_MARGIN = 4
+# A copy is loaded with an eighth of its rows to spare and grows by an eighth: growing copies
+# the whole matrix while the old one is still held (doubling a 100k-atom copy on its first new
+# row took a process to 380 MB; bench/results/write_path.json).
+SPARE = 8
 
 
 def stamp(conn: apsw.Connection) -> tuple[int, int]:
@@ -97,8 +101,8 @@ class VectorCopy:
 
     def append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         need = self.n + len(ids)
-        if need > len(self.ids):  # double the room, so appends stay cheap
-            capacity = max(need, 2 * len(self.ids))
+        if need > len(self.ids):  # an eighth more room, so appends stay cheap
+            capacity = max(need, len(self.ids) + len(self.ids) // SPARE + 64)
             self.ids = _grown(self.ids, capacity)
             self.matrix = _grown(self.matrix, capacity)
         self.ids[self.n : need] = ids
@@ -256,7 +260,7 @@ class VectorCopies:
         if base is None and (count < self.vector_copy_min or not dim or count * dim * 4 > self.vector_copy_bytes):
             self.small[(layer, user)] = now
             return None
-        copy = VectorCopy.empty(dim, capacity=0 if base else count, epoch=epoch, stamp=now, base=base)
+        copy = VectorCopy.empty(dim, capacity=0 if base else count + count // SPARE, epoch=epoch, stamp=now, base=base)
         self._catch_up(conn, layer, user, copy)
         if base is not None and copy.n > max(self.file_min, base.n // 4):
             self._refresh_file(conn, layer, user, copy)
