@@ -93,7 +93,7 @@ def _ranked(conn: apsw.Connection, user: str, settings: Settings, among: set[int
     """(id, text, record, score) of the user's best-ranked held non-event atoms (of among only,
     given). Lines and records are read for the best alone: reading them for every atom was
     most of a full ranking's time."""
-    only = "" if among is None else f' and a."id" in ({",".join(str(int(i)) for i in among) or "null"})'
+    only = "" if among is None else ' and a."id" in (select "value" from json_each(?))'
     return conn.execute(
         f'''
         with latest as (select coalesce(max("ts"), ?) as at from "turns" where "user" = ?),
@@ -111,7 +111,7 @@ def _ranked(conn: apsw.Connection, user: str, settings: Settings, among: set[int
         (now(), user, settings.freshness_floor, settings.freshness_floor, settings.persona_half_life_days,
          codec.KINDS["preference"], settings.persona_kind_weight["preference"], codec.KINDS["constraint"],
          settings.persona_kind_weight["constraint"], settings.persona_kind_weight["fact"],
-         user, settings.persona_candidates)).fetchall()
+         user, *([] if among is None else [json.dumps(sorted(among))]), settings.persona_candidates)).fetchall()
 
 
 def _contained(terms: set[str], shown: dict[str, list[int]], lines: int, share: float) -> bool:
