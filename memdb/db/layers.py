@@ -173,7 +173,7 @@ def atom_vectors(conn: apsw.Connection, atom_ids: Sequence[int]) -> dict[int, np
     if not atom_ids or not connection.has_vectors(conn):
         return {}
     # One point lookup per id: vec0 answers `atom_id in (...)` by scanning its rowid chunks
-    # (64 ms for 40 ids at 100k atoms, 0.4 ms as lookups; bench/results/write_path.json).
+    # (6-77 ms for 40 ids at 100k atoms, 0.3-0.4 ms as lookups; bench/results/write_path.json).
     out = {}
     for i in atom_ids:
         row = conn.execute("select embedding from atoms_vec where atom_id = ?", (i,)).fetchone()
