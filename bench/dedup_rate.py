@@ -1,7 +1,16 @@
 """Dedup rate of one memdb tree on a file bench/scale.py built: atoms/s through
-lifecycle.absorb with the user's vector copy loaded, one atom at a time, rolled back. Run with
---tree pointing at another checkout's package to time an older memdb on the same file in the
-same locked session (bench/scale.py --insert-only times today's, batched and not).
+lifecycle.absorb with the user's vector copy loaded, rolled back. Run with --tree pointing at
+another checkout's package to time an older memdb on the same file in the same locked session
+(bench/scale.py --insert-only times today's, batched and not).
+
+--batch N ranks the atoms N at a time as extraction hands them over (copies.expect, as Memory
+does before each batch's dedup; 0: one at a time); --commit-every N commits every N atoms, as
+Memory writes each extraction batch in a transaction of its own (else one transaction for all,
+in which the vector copies read every row written since it began); --set name=value overrides
+a Settings field (layers=false: absorb without the L2/L3 upkeep, whose cost is the difference).
+Prints the actions, the decisions (to compare trees or settings on the same records), the
+persona card the run left and the card a full ranking gives at the end (lifecycle/persona.py
+ranks a large user's card fully only when due), and the process's peak RSS.
 
     git archive BASE memdb | tar -x -C /tmp/base
     flock /tmp/memdb-cpu.lock .venv/bin/python bench/dedup_rate.py --db /tmp/memdb_scale_100k.db --tree /tmp/base
@@ -11,13 +20,19 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import random
+import resource
+import shutil
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+RECORDS = 1000
 
 
 def main() -> None:
@@ -26,6 +41,12 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, default=ROOT, help="the directory holding the memdb package to time")
     parser.add_argument("--atoms", type=int, default=300)
     parser.add_argument("--copy-mb", type=float, default=4096)
+    parser.add_argument("--batch", type=int, default=0, help="atoms ranked together (copies.expect); 0: one at a time")
+    parser.add_argument("--commit-every", type=int, default=0,
+                        help="commit every N atoms, syncing the copies first, as Memory writes an extraction batch "
+                             "(on a scratch copy of --db, deleted after); 0: one transaction, rolled back")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a Settings field for this run (JSON value, or a bare word)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "bench"))
     sys.path.insert(0, str(args.tree))
@@ -40,8 +61,33 @@ def main() -> None:
     import synth  # after memdb: it puts this checkout first on sys.path
 
     assert Path(absorb.__file__).is_relative_to(args.tree), absorb.__file__
-    conn = connection.connect(args.db)
-    settings = Settings()
+    # The L2/L3 upkeep timed where absorb calls it, so its cost per atom is read in the same run.
+    upkeep = [0.0]
+
+    def timed(fn):
+        def run(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                upkeep[0] += time.perf_counter() - t
+        return run
+
+    try:  # the L2/L3 upkeep: in memdb.flow after absorb since the flow module; inside absorb before
+        from memdb import flow
+        upkept = flow
+    except ImportError:
+        flow, upkept = None, absorb
+    upkept.scenarios.place = timed(upkept.scenarios.place)
+    upkept.persona.update = timed(upkept.persona.update)
+    db = args.db
+    if args.commit_every:  # commits change the file: work on a scratch copy of it
+        db = args.db + ".scratch"
+        for suffix in ("", "-wal"):
+            if Path(args.db + suffix).exists():
+                shutil.copyfile(args.db + suffix, db + suffix)
+    conn = connection.connect(db)
+    settings = Settings(**dict(_setting(pair) for pair in args.set))
     user = conn.execute('select "user" from "atoms" limit 1').fetchone()[0]
     copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
     indexes = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth)}
@@ -50,22 +96,66 @@ def main() -> None:
     rng, nrng = random.Random(9), np.random.default_rng(9)
     turn_id = conn.execute('select max("id") from "turns" where "user" = ?', (user,)).fetchone()[0]
     ts = conn.execute('select "ts" from "turns" where "id" = ?', (turn_id,)).fetchone()[0]
-    ids = [rng.randrange(len(pool_bases)) for _ in range(args.atoms)]
+    # Records drawn for RECORDS atoms whatever --atoms is, so runs of different lengths absorb
+    # the same first atoms and their decisions compare.
+    ids = [rng.randrange(len(pool_bases)) for _ in range(max(args.atoms, RECORDS))]
     records = [synth.record_for(pool_bases[i], rng.choice(["Alice", "Bob", "小王"]), dt.date(2023, 5, 1), rng) for i in ids]
     vectors = synth.derive(pool, np.array(ids), nrng)
-    copies.sync(conn, "atoms", user)
+    every = args.commit_every or args.atoms
+    copies.sync(conn, "atoms", user)  # the copy loaded before the clock starts, as in a warm process
     decisions = []
-    conn.execute("begin immediate")
     t0 = time.perf_counter()
-    for record, vector in zip(records, vectors):
-        decisions.append(absorb.absorb(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id], ts=ts,
-                                       vector=vector, settings=settings, **indexes))
+    for start in range(0, args.atoms, every):
+        copies.sync(conn, "atoms", user)  # as Memory does before each extraction batch
+        conn.execute("begin immediate")
+        for i in range(start, min(args.atoms, start + every)):
+            if args.batch and i % args.batch == 0 and hasattr(copies, "expect"):
+                copies.expect(vectors[i:i + args.batch])
+            decision = absorb.absorb(conn, user=user, record=records[i], confidence=0.8, turn_ids=[turn_id],
+                                     ts=ts, vector=vectors[i], settings=settings, **indexes)
+            if flow is not None:
+                flow.layers(conn, user=user, atom_id=decision[1], kind=records[i]["kind"], vector=vectors[i], ts=ts,
+                            settings=settings, cosine_baseline=0.0, copies=copies)
+            decisions.append(decision)
+        if args.commit_every:
+            conn.execute("commit")
     seconds = time.perf_counter() - t0
+    if args.commit_every:
+        conn.execute("begin immediate")
+    card = full = placed = None
+    if settings.layers:
+        # Which atoms share a scenario, as a digest: placement must not change with how it ranks.
+        groups = sorted(r[0] for r in conn.execute(
+            'select group_concat("atom_id") from (select "scenario_id", "atom_id" from "scenario_atoms" '
+            'order by "scenario_id", "atom_id") group by "scenario_id"'))
+        placed = hashlib.sha1("\n".join(groups).encode()).hexdigest()[:16]
+        from memdb.lifecycle import persona
+
+        card = [r[0] for r in conn.execute('select "atom_id" from "persona" where "user" = ? order by "rank"', (user,))]
+        persona.update(conn, user, settings)  # a full ranking, as when due
+        full = [r[0] for r in conn.execute('select "atom_id" from "persona" where "user" = ? order by "rank"', (user,))]
     conn.execute("rollback")
-    print(json.dumps({"tree": str(args.tree), "db": args.db, "atoms": args.atoms,
-                      "absorb_atoms_per_s": round(args.atoms / seconds, 1),
+    if args.commit_every:
+        conn.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(db + suffix).unlink(missing_ok=True)
+    print(json.dumps({"tree": str(args.tree), "db": args.db, "atoms": args.atoms, "batch": args.batch,
+                      "commit_every": args.commit_every,
+                      "settings": args.set, "absorb_atoms_per_s": round(args.atoms / seconds, 1),
+                      "ms_per_atom": round(1000 * seconds / args.atoms, 2),
+                      "layers_ms_per_atom": round(1000 * upkeep[0] / args.atoms, 2),
                       "actions": {a: sum(d[0] == a for d in decisions) for a in {d[0] for d in decisions}},
-                      "decisions": decisions}))
+                      "decisions": decisions, "persona_card": card, "persona_card_full": full,
+                      "scenarios_digest": placed,
+                      "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
+
+
+def _setting(pair: str) -> tuple[str, object]:
+    name, _, value = pair.partition("=")
+    try:
+        return name, json.loads(value)
+    except ValueError:
+        return name, value
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import codec, privacy
 from .db import connection, rows
+from .index.copies import VectorCopies
 from .ingest import embed_turns, insert_turns
 from .layers import persona, scenarios
 from .settings import Settings
@@ -143,7 +144,7 @@ def absorb(mem: Memory, candidate: Candidate, *, user: str, ts: str,
                                   copies=mem.copies, term_counts=mem.term_counts,
                                   multilingual=getattr(mem.embedding.embedder, "multilingual", True))
     layers(mem.conn, user=user, atom_id=atom_id, kind=candidate.record["kind"], vector=vector, ts=ts,
-           settings=mem.settings, cosine_baseline=mem.embedding.cosine_baseline())
+           settings=mem.settings, cosine_baseline=mem.embedding.cosine_baseline(), copies=mem.copies)
     return action, atom_id
 
 
@@ -161,16 +162,16 @@ def withheld(conn: apsw.Connection, candidate: Candidate) -> bool:
 
 
 def layers(conn: apsw.Connection, *, user: str, atom_id: int, kind: str, vector: np.ndarray | None, ts: str,
-           settings: Settings, cosine_baseline: float) -> None:
+           settings: Settings, cosine_baseline: float, copies: VectorCopies | None = None) -> None:
     """Keep the user's L2 and L3 current after absorb stored or merged atom_id (settings.layers):
-    its scenario placed, and the persona card re-ranked for a fact, preference or constraint.
-    Call inside connection.write()."""
+    its scenario placed (through the in-RAM vector copies when there are some), and the persona
+    card re-ranked for a fact, preference or constraint. Call inside connection.write()."""
     if not settings.layers:
         return
     scenarios.place(conn, user=user, atom_id=atom_id, vector=vector, ts=ts, settings=settings,
-                    cosine_baseline=cosine_baseline)
+                    cosine_baseline=cosine_baseline, copies=copies)
     if kind != "event":  # the card holds facts, preferences and constraints
-        persona.update(conn, user, settings)
+        persona.update(conn, user, settings, changed=[atom_id])
 
 
 def build_layers(mem: Memory, user: str | None) -> dict[str, int]:

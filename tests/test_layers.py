@@ -235,3 +235,46 @@ def test_reembed_rebuilds_the_centroids_from_the_new_vectors(mem, payment):
     mem.reembed(HashEmbedder(32, name="small"))
     assert {32 * 4} == {len(r[0]) for r in mem.conn.execute("select centroid from scenarios")}
     assert [payment[:3], payment[3:]] == [s.atom_ids for s in mem.scenarios(user="ann")]
+
+
+def test_a_large_users_card_is_updated_from_the_changed_atoms_and_ranked_fully_when_due(mem, turns, monkeypatch):
+    import dataclasses
+
+    from memdb.lifecycle import persona
+
+    monkeypatch.setattr(persona, "FULL_RANK_BELOW", 2)  # from 2 ranked atoms on, incremental updates:
+    monkeypatch.setattr(persona, "ATOMS_PER_UPDATE", 2)  # one for every 2 ranked atoms between full rankings
+    mem.settings = dataclasses.replace(mem.settings, persona_candidates=2)
+    ids = [put(mem, "ann", p, o, [turns[i]])[1] for i, (p, o) in enumerate(
+        [("drinks", "green tea"), ("plays", "chess"), ("speaks", "Welsh"), ("owns", "a kayak")])]
+    key = layers.persona_rank_key("ann")
+    assert {"left": 2, "speakers": ["Ann"]} == json.loads(connection.get_meta(mem.conn, key))
+    assert ids[:2] == [atom_id for atom_id, _ in layers.card(mem.conn, "ann")]
+    with connection.write(mem.conn):  # an atom outside the card rises: the next updates miss it
+        mem.conn.execute('update "atoms" set "seen" = 50 where "id" = ?', (ids[3],))
+    liked = put(mem, "ann", "likes", "climbing", [turns[5]], kind="preference")[1]
+    assert [liked, ids[0]] == [atom_id for atom_id, _ in layers.card(mem.conn, "ann")]
+    assert 1 == json.loads(connection.get_meta(mem.conn, key))["left"]
+    put(mem, "ann", "likes", "opera", [turns[6]], kind="preference")
+    assert ids[3] not in [atom_id for atom_id, _ in layers.card(mem.conn, "ann")]
+    put(mem, "ann", "likes", "rowing", [turns[7]], kind="preference")  # due: all ranked again
+    assert ids[3] == layers.card(mem.conn, "ann")[0][0]
+    assert {"left": 3, "speakers": ["Ann"]} == json.loads(connection.get_meta(mem.conn, key))
+    mem.forget(user="ann")
+    assert connection.get_meta(mem.conn, key) is None
+
+
+def test_a_card_line_said_again_in_more_words_takes_no_second_line(mem, turns):
+    from memdb.db import rows
+    from memdb.lifecycle import persona
+
+    with connection.write(mem.conn):
+        for seen, (predicate, obj) in [(3, ("plays", "chess on weekends")), (2, ("speaks", "Welsh")),
+                                       (1, ("plays", "chess"))]:
+            atom = rows.insert_atom(mem.conn, user="ann", record={"kind": "fact", "subject": "Ann", "predicate": predicate,
+                                                                   "object": obj},
+                                    confidence=0.9, turn_ids=[turns[0]], first_seen=TS, last_seen=TS, vector=None)
+            mem.conn.execute('update "atoms" set "seen" = ? where "id" = ?', (seen, atom))
+        persona.update(mem.conn, "ann", mem.settings)
+    lines = [line.split(" (#")[0] for _, line in layers.card(mem.conn, "ann")]
+    assert ["Ann plays chess on weekends", "Ann speaks Welsh"] == lines

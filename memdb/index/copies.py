@@ -21,7 +21,9 @@ beside it. A mapped base is not counted in vector_copy_mb: its pages are the OS'
 
 Deduplication ranks an extraction batch's atoms one after another; given the batch's vectors
 first (expect), the copy ranks them all in one matrix product and each lookup then scores
-only the few rows that product found (bench/scale.py: same decisions, fewer passes).
+only the few rows that product found (bench/scale.py: same decisions, fewer passes). A vector
+ranked alone inside a write is kept the same way, as a batch of one: scenario placement ranks
+it again right after deduplication (bench/write_path.py).
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ READ_ROWS = 4096  # vectors read into a copy at a time
 # A batch ranking keeps k x this many rows per vector: rows superseded after it was made are
 # dropped from them, and only if fewer than k are left is the vector ranked alone.
 BATCH_MARGIN = 4
+# A copy is loaded with an eighth of its rows to spare and grows by an eighth: growing copies
+# the whole matrix while the old one is still held (doubling a 100k-atom copy on its first new
+# row took a process to 380 MB; bench/results/write_path.json).
+SPARE = 8
 
 
 def stamp(conn: apsw.Connection) -> tuple[int, int]:
@@ -119,8 +125,8 @@ class VectorCopy:
 
     def append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         need = self.n + len(ids)
-        if need > len(self.ids):  # double the room, so appends stay cheap
-            capacity = max(need, 2 * len(self.ids))
+        if need > len(self.ids):  # an eighth more room, so appends stay cheap
+            capacity = max(need, len(self.ids) + len(self.ids) // SPARE + 64)
             self.ids = _grown(self.ids, capacity)
             self.matrix = _grown(self.matrix, capacity)
         self.ids[self.n : need] = ids
@@ -177,8 +183,8 @@ class VectorCopies(Held):
         self.blas_limit = blas_limit
         self.expected: dict[bytes, int] = {}  # vectors expect() was given -> their row in
         self.queries = np.empty((0, 0), np.float32)  # ... these, unit length
-        # (id of a part, k) -> (the part, its rows then, each expected vector's nearest rows)
-        self.batches: dict[tuple[int, int], tuple[VectorCopy, int, np.ndarray]] = {}
+        # id of a part -> (the part, its rows then, each expected vector's nearest rows)
+        self.batches: dict[int, tuple[VectorCopy, int, np.ndarray]] = {}
 
     def expect(self, vectors: np.ndarray) -> None:
         """Vectors about to be ranked one after another (an extraction batch's atoms, each
@@ -197,7 +203,14 @@ class VectorCopies(Held):
         parts = self._parts(conn, layer, user)
         if parts is None:
             return None
-        batched = self.expected.get(np.asarray(query, np.float32).tobytes())
+        raw = np.asarray(query, np.float32)
+        batched = self.expected.get(raw.tobytes())
+        if batched is None and layer == "atoms" and not conn.getautocommit() and len(self.expected) <= 1:
+            # Inside a write, an atom's vector is ranked for deduplication, then again (k + 1)
+            # for its scenario once stored: as a batch of one, the second scores only the rows
+            # the first found (no extraction batch is pending, which this would replace).
+            self.expect([raw])
+            batched = 0
         query = unit(query)
         with self.blas_limit():
             ranked = [hit for part, active in parts for hit in part.top_k(
@@ -209,11 +222,14 @@ class VectorCopies(Held):
         of every expected vector (made on first use); None to rank the vector alone."""
         if batched is None or part.n <= k * BATCH_MARGIN:
             return None
-        made = self.batches.get((id(part), k))
-        if made is None or made[0] is not part or made[1] != part.n:  # new, or the part grew since
-            scores = np.asarray(part.matrix[: part.n]) @ self.queries.T  # (rows, vectors)
-            nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=0)[: k * BATCH_MARGIN].T
-            self.batches[(id(part), k)] = made = (part, part.n, nearest)
+        # One ranking serves every k up to the rows it kept (dedup asks for k, scenario
+        # placement for k + 1 with the same vector): top_k checks that they hold k active rows.
+        made = self.batches.get(id(part))
+        if made is None or made[0] is not part or made[1] != part.n or made[2].shape[1] < k:
+            # new, the part grew since, or too few rows kept
+            scores = self.queries @ np.asarray(part.matrix[: part.n]).T  # (vectors, rows): each row contiguous
+            nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=1)[:, : k * BATCH_MARGIN]
+            self.batches[id(part)] = made = (part, part.n, nearest)
         return made[2][batched]
 
     def sync(self, conn: apsw.Connection, layer: str, user: str) -> None:
@@ -265,7 +281,7 @@ class VectorCopies(Held):
         if base is None and (count < self.vector_copy_min or not dim or count * dim * 4 > self.vector_copy_bytes):
             self.small[(layer, user)] = now
             return None
-        copy = VectorCopy.empty(dim, capacity=0 if base else count, epoch=epoch, stamp=now, base=base)
+        copy = VectorCopy.empty(dim, capacity=0 if base else count + count // SPARE, epoch=epoch, stamp=now, base=base)
         self._catch_up(conn, layer, user, copy)
         if base is not None and copy.n > max(self.file_min, base.n // 4):
             self._refresh_file(conn, layer, user, copy)

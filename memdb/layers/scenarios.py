@@ -17,19 +17,21 @@ import numpy as np
 
 from .. import codec
 from ..index import vectors
+from ..index.copies import VectorCopies
 from ..settings import Settings
 from ..vecmath import unit
 from . import store as layers
 
 
 def place(conn: apsw.Connection, *, user: str, atom_id: int, vector: np.ndarray | None, ts: str,
-          settings: Settings, cosine_baseline: float = 0.0) -> int:
+          settings: Settings, cosine_baseline: float = 0.0, copies: VectorCopies | None = None) -> int:
     """Keep the user's scenarios current after absorb stored or merged atom_id; returns its
-    scenario. Call inside connection.write()."""
+    scenario. Call inside connection.write(). copies: the connection's vector copies, which
+    rank a large user's neighbours (as dedup does) instead of vec0's scan."""
     scenario_id = layers.scenario_of(conn, atom_id)
     touched = set(layers.scenarios_of(conn, _replaced(conn, atom_id)).values())
     if scenario_id is None:
-        scenario_id = _choose(conn, user, atom_id, vector, settings, cosine_baseline, prefer=touched)
+        scenario_id = _choose(conn, user, atom_id, vector, settings, cosine_baseline, prefer=touched, copies=copies)
         if scenario_id is None:
             scenario_id = layers.create(conn, user, ts)
         layers.add_member(conn, scenario_id, atom_id, ts)
@@ -51,7 +53,7 @@ def _replaced(conn: apsw.Connection, atom_id: int) -> list[int]:
 
 
 def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray | None, settings: Settings,
-            baseline: float, *, prefer: set[int]) -> int | None:
+            baseline: float, *, prefer: set[int], copies: VectorCopies | None = None) -> int | None:
     """The scenario atom_id joins, or None for a new one.
 
     Only scenarios that share a content term with the atom, or a source turn, are considered:
@@ -69,7 +71,7 @@ def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray |
     linked = _sharing_turns(conn, atom_id)
     found = layers.candidates(conn, user)
     weight = _term_weights(terms, [keywords for _, _, keywords, _ in found])
-    near = _nearest_members(conn, user, atom_id, vector, settings.dedup_candidates, baseline)
+    near = _nearest_members(conn, user, atom_id, vector, settings.dedup_candidates, baseline, copies)
     if vector is not None:
         vector = unit(vector)
     best, best_score = None, -1.0
@@ -105,11 +107,11 @@ def _term_weights(terms: set[str], keyword_sets: list[set[str]]) -> dict[str, fl
 
 
 def _nearest_members(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray | None, k: int,
-                     baseline: float) -> dict[int, float]:
+                     baseline: float, copies: VectorCopies | None = None) -> dict[int, float]:
     """{scenario: rescaled cosine of its nearest member} over the atom's k vector neighbours."""
     if vector is None:
         return {}
-    near = [(i, c) for i, c in vectors.nearest(conn, "atoms", user, vector, k + 1) if i != atom_id and c is not None]
+    near = [(i, c) for i, c in vectors.nearest(conn, "atoms", user, vector, k + 1, copies=copies) if i != atom_id and c is not None]
     of = layers.scenarios_of(conn, [i for i, _ in near])
     out: dict[int, float] = {}
     for i, c in near:
