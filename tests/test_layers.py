@@ -240,7 +240,7 @@ def test_reembed_rebuilds_the_centroids_from_the_new_vectors(mem, payment):
 def test_a_large_users_card_is_updated_from_the_changed_atoms_and_ranked_fully_when_due(mem, turns, monkeypatch):
     import dataclasses
 
-    from memdb.lifecycle import persona
+    from memdb.layers import persona
 
     monkeypatch.setattr(persona, "FULL_RANK_BELOW", 2)  # from 2 ranked atoms on, incremental updates:
     monkeypatch.setattr(persona, "ATOMS_PER_UPDATE", 2)  # one for every 2 ranked atoms between full rankings
@@ -266,7 +266,7 @@ def test_a_large_users_card_is_updated_from_the_changed_atoms_and_ranked_fully_w
 
 def test_a_card_line_said_again_in_more_words_takes_no_second_line(mem, turns):
     from memdb.db import rows
-    from memdb.lifecycle import persona
+    from memdb.layers import persona
 
     with connection.write(mem.conn):
         for seen, (predicate, obj) in [(3, ("plays", "chess on weekends")), (2, ("speaks", "Welsh")),
