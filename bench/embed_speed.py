@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import minilm_gguf  # noqa: E402
+from bench import gguf_files  # noqa: E402
 from memdb.models import embedders  # noqa: E402
 
 LOCOMO = ROOT / ".." / "shared" / "data" / "locomo_dev.json"
@@ -120,7 +120,7 @@ def gguf_rate(texts: list[str], batches: list[int], runs: int) -> dict | None:
     except ImportError:
         return None
     with tempfile.TemporaryDirectory() as tmp:
-        model = embedders.load(minilm_gguf.convert_to_gguf(Path(tmp) / "minilm.gguf"))
+        model = embedders.load(gguf_files.minilm_gguf(Path(tmp) / "minilm.gguf"))
         return {str(b): rate(model.embed, texts, b, runs) for b in batches}
 
 

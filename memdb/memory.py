@@ -866,9 +866,8 @@ def _iso(value: str) -> bool:
 
 
 def _blas_threads(threads: int | None) -> Any:
-    # The embedder's module holds the BLAS thread limiter; it is imported only when a limit is set.
     if threads is None:
         return contextlib.nullcontext()
-    from .models.minilm import blas_threads
+    from .vecmath import blas_threads
 
     return blas_threads(threads)

@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import text
 from ..errors import ModelError
-from . import assets
+from . import assets, loaded
 
 log = logging.getLogger("memdb")
 
@@ -410,9 +410,6 @@ number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1
 ws     ::= | " " | "\n" [ \t]{0,20}
 '''
 
-_LOADED: dict[tuple[str, int, bool | None], LlamaLLM] = {}
-
-
 def default_threads() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
@@ -428,27 +425,26 @@ def load_llm(spec: str | None = None, *, threads: int | None = None,
     """
     spec = spec or os.environ.get("MEMDB_LLM") or None
     threads = threads or default_threads()
-    key = (spec or "", threads, extra_bufts)
-    with _LOAD_LOCK:
-        if key not in _LOADED:
-            if spec is None:
-                target = assets.cache_dir() / f"{assets.DEFAULT_MODEL_NAME}.gguf"
-                if not target.is_file():
-                    assets.part_files()  # raises a clear ModelError when a part is missing
-                _LOADED[key] = LlamaLLM(None, name=assets.DEFAULT_MODEL_NAME, threads=threads,
-                                        expected_sha256=assets.DEFAULT_MODEL_SHA256, extra_bufts=extra_bufts)
-            else:
-                path = Path(spec).expanduser()
-                if not path.is_file():
-                    raise ModelError(f"extraction model {path} does not exist; pass the path of an instruct GGUF")
-                _LOADED[key] = LlamaLLM(path, name=path.stem, threads=threads, extra_bufts=extra_bufts)
-        return _LOADED[key]
+
+    def make() -> LlamaLLM:
+        if spec is None:
+            target = assets.cache_dir() / f"{assets.DEFAULT_MODEL_NAME}.gguf"
+            if not target.is_file():
+                assets.part_files()  # raises a clear ModelError when a part is missing
+            return LlamaLLM(None, name=assets.DEFAULT_MODEL_NAME, threads=threads,
+                            expected_sha256=assets.DEFAULT_MODEL_SHA256, extra_bufts=extra_bufts)
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise ModelError(f"extraction model {path} does not exist; pass the path of an instruct GGUF")
+        return LlamaLLM(path, name=path.stem, threads=threads, extra_bufts=extra_bufts)
+
+    return loaded.once("llama", (spec or "", threads, extra_bufts), make)
 
 
 def _loaded_for(spec: str | None) -> LlamaLLM:
     """The wrapper already made for spec with any thread count (its tokenizer is the same), else a new one."""
     spec = spec or os.environ.get("MEMDB_LLM") or None
-    for (known, _, _), llm in list(_LOADED.items()):
+    for (known, _, _), llm in loaded.made("llama"):
         if known == (spec or ""):
             return llm
     return load_llm(spec)
