@@ -237,7 +237,9 @@ class Encoder:
 
     def ids(self, texts: list[str]) -> list[list[int]]:
         """Each text's token ids, the opening and closing ones not included, not cut."""
-        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+        # One by one, not encode_batch: that one hands the texts to a pool of threads of its own,
+        # which would take the cores from onnxruntime's (a text takes microseconds alone).
+        return [self.tokenizer.encode(text, add_special_tokens=False).ids for text in texts]
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Mean-pooled last hidden states, float32 (len(texts), dim), not yet unit length. A text
