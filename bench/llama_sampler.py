@@ -88,7 +88,7 @@ def main() -> None:
     names = list(samplers)
     result = {
         "command": "python " + " ".join(sys.argv), "threads": args.threads, "llama_cpp_python": _version(),
-        "loadavg_before_end": os.getloadavg(), "prompts": len(prompts), "rounds": args.rounds,
+        "loadavg_at_end": os.getloadavg(), "prompts": len(prompts), "rounds": args.rounds,
         "ms_per_generated_token": {n: round(1000 * statistics.median(v), 2) for n, v in per_token.items()},
         "ms_per_call_p50": {n: round(1000 * statistics.median(v), 1) for n, v in per_call.items()},
         "public / private": round(statistics.median(per_token[names[1]]) / statistics.median(per_token[names[0]]), 3),

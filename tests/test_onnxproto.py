@@ -105,3 +105,15 @@ def test_the_encoder_graph_runs_alike_in_every_arithmetic() -> None:
     (alone,) = bert.session(bert.graph(weights, weights.shape, lambda layer, part: "float", name="tiny"), 1).run(
         None, {"hidden": hidden[1:, :3], "mask": mask[1:, :3]})
     np.testing.assert_allclose(states["float"][1, :3], alone[0], atol=1e-4)
+
+
+@pytest.mark.embedder
+def test_the_onnx_checker_accepts_the_real_encoders_graphs(cache) -> None:
+    from memdb.models import e5, minilm
+
+    e5.encoder(threads=1)
+    minilm.load(threads=1)
+    graphs = sorted(cache.glob("*.onnx"))
+    assert 2 == len(graphs)
+    for path in graphs:
+        onnx.checker.check_model(onnx.load(str(path)), full_check=True)
