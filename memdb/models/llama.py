@@ -339,8 +339,10 @@ def _internals(llama: Any) -> _Internals:
     what they give. Raises _GrammarUnavailable when they are gone, and the caller falls back to
     the public API (create_completion with the grammar)."""
     try:
-        model, context, ids = llama._model.model, llama._ctx, llama._input_ids
-        return _Internals(model=model, ctx=context.ctx, held=lambda: list(ids[: llama.n_tokens]),
+        model, context = llama._model.model, llama._ctx
+        if not hasattr(llama, "_input_ids"):  # a property cut at the tokens held: read at each held()
+            raise AttributeError("_input_ids", name="_input_ids")
+        return _Internals(model=model, ctx=context.ctx, held=lambda: list(llama._input_ids[: llama.n_tokens]),
                           forget_after=lambda keep: bool(context.kv_cache_seq_rm(-1, keep, -1)))
     except AttributeError as exc:
         raise _GrammarUnavailable(f"llama-cpp-python {_version()} has no {exc.name or exc}") from exc
