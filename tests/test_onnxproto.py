@@ -109,10 +109,10 @@ def test_the_encoder_graph_runs_alike_in_every_arithmetic() -> None:
 
 @pytest.mark.embedder
 def test_the_onnx_checker_accepts_the_real_encoders_graphs(cache) -> None:
-    from memdb.models import e5, minilm
+    from memdb.models import assets, e5, minilm
 
-    e5.encoder(threads=1)
-    minilm.load(threads=1)
+    e5.encoder(threads=1)  # the encoders themselves, not the process's loaded ones: built in this cache
+    minilm.encoder(assets.model_dir(), assets.file_sha256(assets.model_zip()), 1)
     graphs = sorted(cache.glob("*.onnx"))
     assert 2 == len(graphs)
     for path in graphs:
