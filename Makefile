@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not model"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not model and not embedder"
 
 clean:
 	rm -rf $(VENV) demo.db demo.db-wal demo.db-shm build *.egg-info

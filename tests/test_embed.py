@@ -1,10 +1,9 @@
-"""The embedder: the numpy MiniLM against the reference vectors, its failure modes, and GGUF."""
+"""The embedder: MiniLM (memdb's BERT runtime) against the reference vectors, its failure modes, and GGUF."""
 
 from __future__ import annotations
 
 import json
 import math
-import struct
 import threading
 import zipfile
 from pathlib import Path
@@ -15,12 +14,10 @@ import pytest
 
 from memdb.errors import EmbedderUnavailable, InvalidInput
 from memdb.models import assets
-from memdb.models import llama
 from memdb.models import minilm as minilm_mod
 from memdb.models import embedders
-from memdb.models import gguf
 from memdb.models import protocols
-from tests import minilm_gguf
+from tests import gguf_files
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "minilm_reference.json"
 
@@ -43,43 +40,54 @@ def _cosines(vectors: np.ndarray, items: list[dict]) -> np.ndarray:
     return (vectors * ref).sum(axis=1)
 
 
+@pytest.mark.embedder
 def test_minilm_by_name_with_384_dims(minilm: minilm_mod.MiniLM) -> None:
     assert ("all-MiniLM-L6-v2", 384, False) == (minilm.name, minilm.dim, minilm.multilingual)
     assert isinstance(minilm, protocols.Embedder)
 
 
+@pytest.mark.embedder
 def test_wordpieces_match_reference(minilm: minilm_mod.MiniLM, reference: list[dict]) -> None:
     for item in reference:
         assert item["wordpiece"] == minilm.tokens(item["text"])[:300], item["text"]
 
 
+@pytest.mark.embedder
 def test_vectors_match_reference(minilm: minilm_mod.MiniLM, reference: list[dict]) -> None:
     cos = _cosines(minilm.embed([it["text"] for it in reference]), reference)
     worst = int(np.argmin(cos))
     assert cos[worst] >= 0.999, reference[worst]["text"]
 
 
-def test_long_text_is_truncated_at_256_tokens(minilm: minilm_mod.MiniLM) -> None:
-    ids = minilm.model.tokenizer.encode("word " * 1000, minilm.model.max_tokens)
-    assert 256 == len(ids)
-    assert "[SEP]" == minilm.model.tokenizer.id_to_token[ids[-1]]
+@pytest.mark.embedder
+def test_long_text_is_cut_at_256_tokens(minilm: minilm_mod.MiniLM) -> None:
+    long = "word " * 1000
+    assert 1002 == len(minilm.tokens(long))  # the tokenizer cuts nothing: the encoder does
+    (window,) = minilm.encoder._windows(minilm.encoder.ids([long])[0])
+    assert 256 == len(window)
+    assert "[SEP]" == minilm.encoder.tokenizer.id_to_token(window[-1])
+    np.testing.assert_allclose(minilm.embed(["word " * 254]), minilm.embed([long]), atol=1e-5)
 
 
+@pytest.mark.embedder
 def test_rows_are_unit_float32(minilm: minilm_mod.MiniLM) -> None:
     vectors = minilm.embed(["I hate cilantro.", "", "We shipped v2 last Wednesday."])
     assert ((3, 384), np.float32) == (vectors.shape, vectors.dtype)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.embedder
 def test_empty_list_gives_zero_rows(minilm: minilm_mod.MiniLM) -> None:
     assert (0, 384) == minilm.embed([]).shape
 
 
+@pytest.mark.embedder
 def test_empty_string_embeds_cls_sep(minilm: minilm_mod.MiniLM) -> None:
     assert ["[CLS]", "[SEP]"] == minilm.tokens("")
     assert np.isfinite(minilm.embed([""])).all()
 
 
+@pytest.mark.embedder
 def test_batch_equals_one_by_one(minilm: minilm_mod.MiniLM) -> None:
     texts = ["a", "What database do we use?", "naïve café", "", "x " * 100, "我们用什么数据库？"]
     batched = minilm.embed(texts)
@@ -87,12 +95,14 @@ def test_batch_equals_one_by_one(minilm: minilm_mod.MiniLM) -> None:
     np.testing.assert_allclose(batched, single, atol=1e-5)
 
 
+@pytest.mark.embedder
 def test_many_texts_are_chunked_and_keep_their_order(minilm: minilm_mod.MiniLM) -> None:
-    texts = [f"note {i}" + "!" * (i % 7) for i in range(minilm_mod.MAX_BATCH * 2 + 5)]
+    texts = [f"note {i}" + "!" * (i % 7) for i in range(133)]  # more tokens than one group takes
     vectors = minilm.embed(texts)
     np.testing.assert_allclose(vectors[[0, 100, 132]], minilm.embed([texts[0], texts[100], texts[132]]), atol=1e-5)
 
 
+@pytest.mark.embedder
 def test_chinese_runs_and_is_deterministic(minilm: minilm_mod.MiniLM) -> None:
     text = "鉴权模块不可改，移动端依赖它。"
     first, second = minilm.embed([text]), minilm.embed([text])
@@ -100,26 +110,30 @@ def test_chinese_runs_and_is_deterministic(minilm: minilm_mod.MiniLM) -> None:
     assert np.array_equal(first, second)
 
 
+@pytest.mark.embedder
 def test_similar_sentences_are_closer_than_unrelated(minilm: minilm_mod.MiniLM) -> None:
     a, b, c = minilm.embed(["What database do we use?", "We use PostgreSQL as the database.", "I hate cilantro."])
     assert float(a @ b) > float(a @ c) + 0.2
 
 
+@pytest.mark.embedder
 def test_lone_string_is_rejected(minilm: minilm_mod.MiniLM) -> None:
     with pytest.raises(InvalidInput, match="list of strings"):
         minilm.embed("hello")  # type: ignore[arg-type]
 
 
+@pytest.mark.embedder
 def test_repeated_load_reuses_the_weights(minilm: minilm_mod.MiniLM) -> None:
-    assert minilm.model is embedders.load("minilm").model
+    assert minilm.encoder is embedders.load("minilm").encoder
 
 
+@pytest.mark.embedder
 def test_model_is_extracted_into_the_cache_keyed_by_sha(cache: Path) -> None:
     digest = assets.file_sha256(assets.model_zip())
     folder = assets.model_dir()
     assert cache / f"all-MiniLM-L6-v2-{digest[:16]}" == folder
     assert sorted(assets.MINILM_FILES) == sorted(p.name for p in folder.iterdir())
-    assert [folder.name] == [p.name for p in cache.iterdir()]  # no temporary folder left behind
+    assert [folder.name] == [p.name for p in cache.iterdir() if p.is_dir()]  # no temporary folder left behind
 
 
 def test_racing_extractions_both_succeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -191,14 +205,7 @@ def test_embedder_object_is_returned_as_is() -> None:
     assert fixed is embedders.load(fixed)
 
 
-def test_gelu_matches_erf_form() -> None:
-    x = np.linspace(-8, 8, 20001, dtype=np.float32).reshape(-1, 1)
-    expected = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x[:, 0].astype(float)])
-    actual = x.copy()
-    minilm_mod._gelu_(actual)
-    assert np.abs(actual[:, 0] - expected).max() < 1e-6
-
-
+@pytest.mark.embedder
 def test_tokenizer_details(minilm: minilm_mod.MiniLM) -> None:
     tokens = minilm.tokens
     assert ["[CLS]", "hello", "[SEP]", "world", "[SEP]"] == tokens("Hello[SEP]world")
@@ -208,23 +215,13 @@ def test_tokenizer_details(minilm: minilm_mod.MiniLM) -> None:
     assert ["[CLS]", "a", "$", "5", "[SEP]"] == tokens("a\u00a0$5")
 
 
-def test_safetensors_reader_round_trip(tmp_path: Path) -> None:
-    a = np.arange(6, dtype=np.float32).reshape(2, 3)
-    header = json.dumps({"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}).encode()
-    path = tmp_path / "t.safetensors"
-    path.write_bytes(struct.pack("<Q", len(header)) + header + a.tobytes())
-    assert np.array_equal(a, minilm_mod.read_safetensors(path)["a"])
-    path.write_bytes(struct.pack("<Q", 10**9) + header)
-    with pytest.raises(ValueError, match="past the end"):
-        minilm_mod.read_safetensors(path)
-
-
 @pytest.fixture(scope="module")
 def gguf_path(minilm: minilm_mod.MiniLM, tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    return minilm_gguf.convert_to_gguf(tmp_path_factory.mktemp("gguf") / "minilm.gguf")
+    return gguf_files.minilm_gguf(tmp_path_factory.mktemp("gguf") / "minilm.gguf")
 
 
+@pytest.mark.embedder
 def test_gguf_conversion_reproduces_the_reference(
     gguf_path: Path, reference: list[dict], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -240,27 +237,38 @@ def test_gguf_conversion_reproduces_the_reference(
 def test_gguf_that_llama_cpp_rejects_is_unavailable(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     broken = tmp_path / "broken.gguf"
-    gguf.write(broken, [("general.architecture", gguf.STR, "bert")], [])
+    gguf_files.write(broken, [("general.architecture", gguf_files.STR, "bert")], [])
     with pytest.raises(EmbedderUnavailable, match="llama.cpp cannot load"):
         embedders.load(broken)
     assert ("", "") == tuple(capfd.readouterr())
 
 
-def test_threads_setting_limits_blas(minilm: minilm_mod.MiniLM, monkeypatch: pytest.MonkeyPatch) -> None:
-    threadpoolctl = pytest.importorskip("threadpoolctl", reason="threads need the optional threadpoolctl")
-    expected = minilm.embed(["I hate cilantro."])
+@pytest.mark.embedder
+def test_threads_setting_reaches_onnxruntime(minilm: minilm_mod.MiniLM) -> None:
     one = embedders.load("minilm", threads=1)
-    seen: list[int] = []
-    forward = one.model.encode_batch
+    assert 1 == one.encoder._session.get_session_options().intra_op_num_threads
+    np.testing.assert_allclose(minilm.embed(["I hate cilantro."]), one.embed(["I hate cilantro."]), atol=1e-5)
 
-    def spy(batch: list[list[int]]) -> np.ndarray:
-        seen.extend(p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas")
-        return forward(batch)
 
-    monkeypatch.setattr(one.model, "encode_batch", spy)
-    vectors = one.embed(["I hate cilantro."])
-    assert seen and {1} == set(seen)
-    np.testing.assert_allclose(expected, vectors, atol=1e-5)
+@pytest.mark.embedder
+def test_the_graph_is_built_once_and_rebuilt_when_damaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMDB_CACHE", str(tmp_path))
+    built: list[str] = []
+    real_graph = minilm_mod.bert.graph
+    monkeypatch.setattr(minilm_mod.bert, "graph", lambda *a, **k: built.append(k["name"]) or real_graph(*a, **k))
+    folder, digest = assets.model_dir(), assets.file_sha256(assets.model_zip())
+    first = unit_rows(minilm_mod.encoder(folder, digest, 1).encode(["bees"]))
+    (graph,) = tmp_path.glob("*.onnx")
+    assert ["all-MiniLM-L6-v2"] == built
+    np.testing.assert_allclose(first, unit_rows(minilm_mod.encoder(folder, digest, 1).encode(["bees"])), atol=1e-6)
+    assert ["all-MiniLM-L6-v2"] == built  # the second encoder read the cached graph
+    graph.write_bytes(b"damaged")
+    np.testing.assert_allclose(first, unit_rows(minilm_mod.encoder(folder, digest, 1).encode(["bees"])), atol=1e-6)
+    assert ["all-MiniLM-L6-v2", "all-MiniLM-L6-v2"] == built and graph.stat().st_size > 10_000_000
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def test_cache_dir_prefers_memdb_cache_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def test_the_prompt_prefix_is_read_once_and_lazy_grammar_sampling_matches_llama_
     messages = prompt.build_messages([second], [], [second])[:-1]  # no prefill: both generate it all
     grammar = llm._grammar(prompt.output_schema(1))
     tokens = llm.model().tokenize(llama._render_chatml(messages).encode(), add_bos=True, special=True)
-    mine, _ = llama._greedy(llm.model(), tokens, grammar._grammar, 60, 0)
+    mine, _ = llama._greedy(llm.model(), tokens, llama._grammar_text(grammar), 60, 0)
     theirs = llm.model().create_completion(tokens, grammar=grammar, temperature=0.0, max_tokens=60,
                                            stop=["<|im_end|>"])["choices"][0]["text"]
     assert theirs == mine

@@ -80,6 +80,7 @@ COFFEE_TEN = [
 ]
 
 
+@pytest.mark.embedder
 def test_one_preference_in_ten_wordings_is_one_atom_seen_ten_times(mini):
     actions = [tell(mini, r, f"2026-03-{day:02d}T09:00:00") for day, r in enumerate(COFFEE_TEN, start=1)]
     assert ["new"] + ["merged"] * 9 == [a for a, _ in actions]
@@ -91,6 +92,7 @@ def test_one_preference_in_ten_wordings_is_one_atom_seen_ten_times(mini):
     assert 1 == count(mini, "atoms")
 
 
+@pytest.mark.embedder
 def test_two_distinct_facts_about_one_person_stay_two(mini):
     dog = tell(mini, fact("has", "a dog"), "2026-03-01T09:00:00")
     sister = tell(mini, fact("has", "a sister"), "2026-03-02T09:00:00")
@@ -98,6 +100,7 @@ def test_two_distinct_facts_about_one_person_stay_two(mini):
     assert ["active", "active"] == [mini.get(i).status for i in (dog[1], sister[1])]
 
 
+@pytest.mark.embedder
 def test_same_statement_of_another_user_is_not_merged(mini):
     a = tell(mini, pref("coffee"), "2026-03-01T09:00:00", user="alice")
     b = tell(mini, pref("coffee"), "2026-03-01T09:00:00", user="bob")
@@ -130,6 +133,7 @@ def test_keyword_only_mode_merges_exact_and_near_exact_repeats(tmp_path):
 # ---------------------------------------------------------------- conflicts
 
 
+@pytest.mark.embedder
 def test_like_then_dislike_supersedes_and_keeps_the_old(mini):
     old = tell(mini, pref("coffee"), "2026-01-10T09:00:00")
     new = tell(mini, pref("coffee now, it hurts her stomach", "hates", "dislike"), "2026-02-12T09:00:00")
@@ -145,6 +149,7 @@ def test_like_then_dislike_supersedes_and_keeps_the_old(mini):
     assert (2, 2) == (count(mini, "atoms"), count(mini, "turns"))
 
 
+@pytest.mark.embedder
 def test_like_then_dislike_in_chinese_supersedes(mini):
     old = tell(mini, pref("咖啡", "喜欢", subject="小王"), "2026-01-10T09:00:00")
     new = tell(mini, pref("咖啡", "讨厌", "dislike", subject="小王"), "2026-02-12T09:00:00")
@@ -154,6 +159,7 @@ def test_like_then_dislike_in_chinese_supersedes(mini):
     assert [old[1], new[1]] == [a.id for a in mini.history(new[1])]
 
 
+@pytest.mark.embedder
 def test_a_plan_called_off_supersedes_the_plan(mini):
     plan = tell(mini, {**fact("signed up for", "the city half marathon", kind="event"), "date": "2026-06-21"},
                 "2026-05-20T09:00:00")
@@ -164,12 +170,14 @@ def test_a_plan_called_off_supersedes_the_plan(mini):
     assert "active" == mini.get(other[1]).status  # a plan it does not name stays
 
 
+@pytest.mark.embedder
 def test_a_cancellation_in_chinese_supersedes_the_trip(mini):
     trip = tell(mini, {**fact("国庆要去", "成都玩", subject="林晓", kind="event"), "date": "2026-10"}, "2026-09-20T09:00:00")
     off = tell(mini, fact("取消了", "成都的行程", subject="林晓", kind="event"), "2026-09-29T09:00:00")
     assert ("superseded", off[1]) == (mini.get(trip[1]).status, mini.get(trip[1]).superseded_by)
 
 
+@pytest.mark.embedder
 @pytest.mark.parametrize("habit, given_up", [
     (fact("是", "重度咖啡党，每天至少三杯美式", subject="林晓"), fact("说", "医生让林晓把咖啡戒了", subject="林晓")),
     (fact("drinks", "coffee every morning"), fact("quit", "coffee last month", kind="event")),
@@ -180,18 +188,21 @@ def test_giving_up_a_habit_supersedes_it(mini, habit, given_up):
     assert ("superseded", new[1]) == (mini.get(old[1]).status, mini.get(old[1]).superseded_by)
 
 
+@pytest.mark.embedder
 def test_stopping_by_a_place_gives_up_nothing(mini):
     liked = tell(mini, pref("the corner bakery"), "2026-09-02T09:00:00")
     tell(mini, fact("stopped by", "the corner bakery", kind="event"), "2026-10-08T09:00:00")
     assert "active" == mini.get(liked[1]).status
 
 
+@pytest.mark.embedder
 def test_a_wish_called_off_supersedes_the_wish(mini):
     wish = tell(mini, pref("to go to the Hangzhou conference", "hopes", subject="Alice"), "2026-09-02T09:00:00")
     off = tell(mini, fact("says", "the Hangzhou conference is off"), "2026-10-08T09:00:00")
     assert ("superseded", off[1]) == (mini.get(wish[1]).status, mini.get(wish[1]).superseded_by)
 
 
+@pytest.mark.embedder
 def test_moving_city_supersedes_the_old_location(mini):
     berlin = tell(mini, fact("lives in", "Berlin"), "2025-06-01T09:00:00")
     hangzhou = tell(mini, fact("moved to", "Hangzhou", kind="event"), "2026-02-01T09:00:00")
@@ -206,6 +217,7 @@ def test_moving_city_supersedes_the_old_location(mini):
     assert shanghai[1] == mini.get(based[1]).superseded_by
 
 
+@pytest.mark.embedder
 def test_changing_back_makes_a_chain_of_three_and_deletes_nothing(mini):
     like = tell(mini, pref("coffee"), "2026-01-01T09:00:00")
     hate = tell(mini, pref("coffee", "hates", "dislike"), "2026-02-01T09:00:00")
@@ -219,6 +231,7 @@ def test_changing_back_makes_a_chain_of_three_and_deletes_nothing(mini):
     assert (3, 3) == (count(mini, "atoms"), count(mini, "atom_sources"))
 
 
+@pytest.mark.embedder
 def test_comparable_evidence_keeps_both_marked_conflicting(mini):
     like = tell(mini, pref("coffee"), "2026-03-01T09:00:00", confidence=0.8)
     hate = tell(mini, pref("coffee", "hates", "dislike"), "2026-03-01T09:20:00", confidence=0.7)
@@ -231,6 +244,7 @@ def test_comparable_evidence_keeps_both_marked_conflicting(mini):
     assert "conflicts with another statement" in mini.context("coffee", user="alice", layer="atoms")
 
 
+@pytest.mark.embedder
 def test_a_later_restatement_settles_a_conflict(mini):
     like = tell(mini, pref("coffee"), "2026-03-01T09:00:00")
     hate = tell(mini, pref("coffee", "hates", "dislike"), "2026-03-01T09:20:00")

@@ -26,6 +26,7 @@ def test_the_readme_has_python_blocks():
     assert len(BLOCKS) >= 5
 
 
+@pytest.mark.embedder
 @pytest.mark.parametrize("source", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 def test_each_python_block_runs(source, tmp_path, monkeypatch, cache, capsys):
     monkeypatch.chdir(tmp_path)

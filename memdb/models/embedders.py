@@ -20,11 +20,8 @@ from .. import text
 from ..checks import check_texts
 from ..errors import EmbedderUnavailable, ModelError
 from ..vecmath import unit
-from . import assets, batches, e5, llama, minilm
+from . import assets, batches, bert, e5, llama, loaded, minilm
 from .protocols import Embedder
-
-_MODELS: dict[tuple[str, str, str], tuple[Any, threading.Lock]] = {}  # GGUF contexts per process
-_LOCK = threading.Lock()
 
 
 DEFAULT = e5.NAME
@@ -37,8 +34,8 @@ def load(spec: Any = None, *, threads: int | None = None) -> Embedder:
     """The embedder named by spec: None or "default" (multilingual-e5-small), "minilm", a path
     to a .gguf file, or an embedder object.
 
-    Fails fast with EmbedderUnavailable when the model cannot be used. `threads` bounds the
-    BLAS threads (numpy MiniLM, needs threadpoolctl) or llama.cpp's threads (GGUF).
+    Fails fast with EmbedderUnavailable when the model cannot be used. `threads`: onnxruntime's
+    threads (e5, MiniLM) or llama.cpp's (GGUF); None: memdb's default.
     """
     if spec is None or (isinstance(spec, str) and spec.lower() in _E5_NAMES):
         return E5Embedder(threads=threads)
@@ -132,7 +129,7 @@ class E5Embedder:
 
     def __init__(self, *, threads: int | None = None, precision: str = "int8") -> None:
         self._encoder, self._lock = _encoder(threads or llama.default_threads(), precision)
-        self._normal = self._encoder.normalize
+        self._normal = e5.normalizer()
         self.dim = self._encoder.dim
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -149,28 +146,22 @@ class E5Embedder:
             return unit(self._encoder.encode(texts))
 
 
-_ENCODERS: dict[tuple[int, str], tuple[e5.Encoder, threading.Lock]] = {}
-
-
-def _encoder(threads: int, precision: str) -> tuple[e5.Encoder, threading.Lock]:
+def _encoder(threads: int, precision: str) -> tuple[bert.Encoder, threading.Lock]:
     """One e5 encoder per process, thread count and precision, shared with its lock."""
-    key = (threads, precision)
-    with _LOCK:
-        if key not in _ENCODERS:
-            try:
-                _ENCODERS[key] = (e5.Encoder(threads=threads, precision=precision), threading.Lock())
-            except ModelError as e:
-                raise EmbedderUnavailable(f"the default embedder needs llama-cpp-python's tokenizer: {e}") from e
-            except (ValueError, RuntimeError, OSError) as e:
-                raise EmbedderUnavailable(f"cannot load the default embedder: {e}") from e
-        return _ENCODERS[key]
+
+    def make() -> tuple[bert.Encoder, threading.Lock]:
+        try:
+            return e5.encoder(threads=threads, precision=precision), threading.Lock()
+        except (ValueError, RuntimeError, OSError) as e:
+            raise EmbedderUnavailable(f"cannot load the default embedder: {e}") from e
+
+    return loaded.once("e5", (threads, precision), make)
 
 
 def _llama(path: Path, digest: str, threads: int | None) -> tuple[Any, threading.Lock]:
-    key = (str(path.resolve()), digest, str(threads))
-    with _LOCK:
-        if key in _MODELS:
-            return _MODELS[key]
+    """One llama.cpp context per GGUF file and thread count, shared with its lock."""
+
+    def make() -> tuple[Any, threading.Lock]:
         try:
             # n_ctx=0 takes the model's context; every text must fit one batch (no causal mask).
             # Flash attention: the packed texts of a batch attend over each other's tokens
@@ -182,5 +173,6 @@ def _llama(path: Path, digest: str, threads: int | None) -> tuple[Any, threading
             raise EmbedderUnavailable(f"a GGUF embedder needs llama-cpp-python: {e}") from e
         except (ValueError, RuntimeError, OSError) as e:
             raise EmbedderUnavailable(f"llama.cpp cannot load the GGUF embedder {path}: {e}") from e
-        _MODELS[key] = (llm, threading.Lock())
-        return _MODELS[key]
+        return llm, threading.Lock()
+
+    return loaded.once("gguf embedder", (str(path.resolve()), digest, threads), make)

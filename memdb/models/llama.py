@@ -19,13 +19,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import text
 from ..errors import ModelError
-from . import assets
+from . import assets, loaded
 
 log = logging.getLogger("memdb")
 
@@ -270,16 +271,17 @@ class LlamaLLM:
                 base = llama.tokenize(_render_chatml(asked).encode("utf-8"), add_bos=True, special=True)
                 forced = llama.tokenize(prefill.encode("utf-8"), add_bos=False, special=False) if prefill else []
                 tokens = base + forced
-                self.stats["reused_tokens"] += _common_prefix(llama, tokens)
-                self.stats["prompt_tokens"] += len(tokens)
                 try:
-                    reply, generated = _greedy(llama, tokens, grammar._grammar, max_tokens, len(forced))
+                    inside = _internals(llama)
+                    self.stats["reused_tokens"] += _common_prefix(inside.held(), tokens)
+                    reply, generated = _greedy(llama, tokens, _grammar_text(grammar), max_tokens, len(forced), inside)
                     reply = prefill + reply
                 except _GrammarUnavailable as exc:  # llama-cpp-python's own sampler, without the prefill
                     log.debug("memdb: own sampler unavailable (%s); using create_completion", exc)
                     out = llama.create_completion(prompt=base, grammar=grammar, temperature=0.0,
                                                   max_tokens=max_tokens, stop=["<|im_end|>"])
                     reply, generated = out["choices"][0]["text"], out["usage"]["completion_tokens"]
+                self.stats["prompt_tokens"] += len(tokens)
             else:  # another template: let llama-cpp-python format it; no prefill
                 out = llama.create_chat_completion(messages=asked, grammar=grammar, temperature=0.0,
                                                    max_tokens=max_tokens)
@@ -317,31 +319,73 @@ def _render_chatml(messages: list[dict[str, str]]) -> str:
 
 
 class _GrammarUnavailable(Exception):
-    """The grammar sampler could not be built through llama.cpp's C API."""
+    """memdb's sampler cannot run on this llama-cpp-python (a private attribute it reads is gone,
+    or llama.cpp refused the grammar): the caller falls back to create_completion."""
 
 
-def _greedy(llama: Any, tokens: list[int], grammar: str, max_tokens: int, forced: int) -> tuple[str, int]:
+@dataclass(frozen=True)
+class _Internals:
+    """What memdb's sampler needs of a llama_cpp.Llama that llama-cpp-python keeps private."""
+
+    model: Any  # the llama_model pointer, for its vocabulary
+    ctx: Any  # the llama_context pointer, for the logits and llama.cpp's counters
+    held: Callable[[], list[int]]  # the tokens the KV cache holds now
+    forget_after: Callable[[int], bool]  # drop the KV cache past a position (False: it could not)
+
+
+def _internals(llama: Any) -> _Internals:
+    """The one place memdb reads llama-cpp-python's private attributes (_model, _ctx,
+    _input_ids): the version pinned in pyproject has them, and tests/test_llama_sampler.py pins
+    what they give. Raises _GrammarUnavailable when they are gone, and the caller falls back to
+    the public API (create_completion with the grammar)."""
+    try:
+        model, context = llama._model.model, llama._ctx
+        if not hasattr(llama, "_input_ids"):  # a property cut at the tokens held: read at each held()
+            raise AttributeError("_input_ids", name="_input_ids")
+        return _Internals(model=model, ctx=context.ctx, held=lambda: list(llama._input_ids[: llama.n_tokens]),
+                          forget_after=lambda keep: bool(context.kv_cache_seq_rm(-1, keep, -1)))
+    except AttributeError as exc:
+        raise _GrammarUnavailable(f"llama-cpp-python {_version()} has no {exc.name or exc}") from exc
+
+
+def _grammar_text(grammar: Any) -> str:
+    """A LlamaGrammar's GBNF text (kept private too; _GrammarUnavailable when gone)."""
+    text = getattr(grammar, "_grammar", None)
+    if not isinstance(text, str):
+        raise _GrammarUnavailable(f"llama-cpp-python {_version()}'s LlamaGrammar keeps no GBNF text")
+    return text
+
+
+def _version() -> str:
+    import llama_cpp
+
+    return str(getattr(llama_cpp, "__version__", "?"))
+
+
+def _greedy(llama: Any, tokens: list[int], grammar: str, max_tokens: int, forced: int,
+            inside: _Internals | None = None) -> tuple[str, int]:
     """Greedy decoding under a GBNF grammar, checking the grammar lazily.
 
     llama-cpp-python's sampler runs the grammar over the whole 152k-token vocabulary at every
-    step, which cost ~40% of generation time here. Like llama.cpp's own common sampler, this
-    takes the unconstrained best token, asks the grammar about that one token only, and runs
-    the grammar over the whole vocabulary only when it is refused: the same tokens, far fewer
+    step (bench/results/llama_sampler.json). Like llama.cpp's own common sampler, this takes
+    the unconstrained best token, asks the grammar about that one token only, and runs the
+    grammar over the whole vocabulary only when it is refused: the same tokens, far fewer
     checks. The last `forced` prompt tokens (an assistant prefill) are fed to the grammar first.
     The longest prefix shared with the previous call is kept in the KV cache, not re-read.
     """
     import llama_cpp
     import numpy as np
 
-    vocab = llama_cpp.llama_model_get_vocab(llama._model.model)
+    inside = inside or _internals(llama)
+    vocab = llama_cpp.llama_model_get_vocab(inside.model)
     sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
     if not sampler:
         raise _GrammarUnavailable("llama_sampler_init_grammar returned NULL")
     try:
         for token in tokens[len(tokens) - forced :] if forced else ():
             llama_cpp.llama_sampler_accept(sampler, token)
-        keep = _common_prefix(llama, tokens)
-        if keep > 0 and llama._ctx.kv_cache_seq_rm(-1, keep, -1):
+        keep = _common_prefix(inside.held(), tokens)
+        if keep > 0 and inside.forget_after(keep):
             llama.n_tokens = keep
         else:
             llama.reset()
@@ -355,7 +399,7 @@ def _greedy(llama: Any, tokens: list[int], grammar: str, max_tokens: int, forced
             data=table.ctypes.data_as(llama_cpp.llama_token_data_p), size=n_vocab, selected=-1, sorted=False)
         out: list[int] = []
         for _ in range(max_tokens):
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llama._ctx.ctx, -1), shape=(n_vocab,))
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(inside.ctx, -1), shape=(n_vocab,))
             token = int(logits.argmax())
             one[0].id, one[0].logit, one[0].p = token, float(logits[token]), 0.0
             single.size = 1
@@ -382,16 +426,15 @@ def _perf(llama: Any) -> dict[str, float]:
     try:
         import llama_cpp
 
-        data = llama_cpp.llama_perf_context(llama._ctx.ctx)
+        data = llama_cpp.llama_perf_context(_internals(llama).ctx)
         return {"prompt_eval_ms": data.t_p_eval_ms, "prompt_eval_tokens": data.n_p_eval,
                 "eval_ms": data.t_eval_ms, "eval_tokens": data.n_eval}
     except Exception:  # counters are for measurement only
         return {}
 
 
-def _common_prefix(llama: Any, tokens: list[int]) -> int:
+def _common_prefix(held: list[int], tokens: list[int]) -> int:
     """How many leading tokens the previous evaluation already holds (what llama.cpp reuses)."""
-    held = list(llama._input_ids[: llama.n_tokens]) if getattr(llama, "n_tokens", 0) else []
     n = 0
     for a, b in zip(held, tokens):
         if a != b:
@@ -410,9 +453,6 @@ number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1
 ws     ::= | " " | "\n" [ \t]{0,20}
 '''
 
-_LOADED: dict[tuple[str, int, bool | None], LlamaLLM] = {}
-
-
 def default_threads() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
@@ -428,27 +468,26 @@ def load_llm(spec: str | None = None, *, threads: int | None = None,
     """
     spec = spec or os.environ.get("MEMDB_LLM") or None
     threads = threads or default_threads()
-    key = (spec or "", threads, extra_bufts)
-    with _LOAD_LOCK:
-        if key not in _LOADED:
-            if spec is None:
-                target = assets.cache_dir() / f"{assets.DEFAULT_MODEL_NAME}.gguf"
-                if not target.is_file():
-                    assets.part_files()  # raises a clear ModelError when a part is missing
-                _LOADED[key] = LlamaLLM(None, name=assets.DEFAULT_MODEL_NAME, threads=threads,
-                                        expected_sha256=assets.DEFAULT_MODEL_SHA256, extra_bufts=extra_bufts)
-            else:
-                path = Path(spec).expanduser()
-                if not path.is_file():
-                    raise ModelError(f"extraction model {path} does not exist; pass the path of an instruct GGUF")
-                _LOADED[key] = LlamaLLM(path, name=path.stem, threads=threads, extra_bufts=extra_bufts)
-        return _LOADED[key]
+
+    def make() -> LlamaLLM:
+        if spec is None:
+            target = assets.cache_dir() / f"{assets.DEFAULT_MODEL_NAME}.gguf"
+            if not target.is_file():
+                assets.part_files()  # raises a clear ModelError when a part is missing
+            return LlamaLLM(None, name=assets.DEFAULT_MODEL_NAME, threads=threads,
+                            expected_sha256=assets.DEFAULT_MODEL_SHA256, extra_bufts=extra_bufts)
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise ModelError(f"extraction model {path} does not exist; pass the path of an instruct GGUF")
+        return LlamaLLM(path, name=path.stem, threads=threads, extra_bufts=extra_bufts)
+
+    return loaded.once("llama", (spec or "", threads, extra_bufts), make)
 
 
 def _loaded_for(spec: str | None) -> LlamaLLM:
     """The wrapper already made for spec with any thread count (its tokenizer is the same), else a new one."""
     spec = spec or os.environ.get("MEMDB_LLM") or None
-    for (known, _, _), llm in list(_LOADED.items()):
+    for (known, _, _), llm in loaded.made("llama"):
         if known == (spec or ""):
             return llm
     return load_llm(spec)

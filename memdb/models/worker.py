@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from ..errors import InvalidInput, ModelError
+from . import loaded
 
 log = logging.getLogger("memdb")
 
@@ -326,18 +327,12 @@ class WorkerCallError(Exception):
 
 # ------------------------------------------------------------ one worker per model per process
 
-_SHARED: dict[tuple, WorkerLLM] = {}
-_SHARED_LOCK = threading.Lock()
 _LIVE: weakref.WeakSet[WorkerLLM] = weakref.WeakSet()  # stopped at exit (one dropped earlier: at its pipe's end)
 
 
 def shared(key: tuple, factory: Factory, *, timeout: float, label: str | None = None) -> WorkerLLM:
     """The process's WorkerLLM for key (the model and how it is loaded), made on first use."""
-    with _SHARED_LOCK:
-        found = _SHARED.get((key, timeout))
-        if found is None:
-            found = _SHARED[(key, timeout)] = WorkerLLM(factory, timeout=timeout, label=label)
-        return found
+    return loaded.once("worker", (key, timeout), lambda: WorkerLLM(factory, timeout=timeout, label=label))
 
 
 @atexit.register
