@@ -120,9 +120,7 @@ class Memory:
         self.term_counts = TermCounts(growth=settings.term_counts_growth)
         self.keywords = KeywordCopies(
             keyword_copy_min=settings.keyword_copy_min, keyword_copy_mb=settings.keyword_copy_mb,
-            shared=settings.keyword_copy_shared,
-            atom_columns=settings.atom_columns, turn_columns=settings.turn_columns,
-        )
+            shared=settings.keyword_copy_shared, atom_columns=settings.atom_columns, turn_columns=settings.turn_columns)
 
     # ------------------------------------------------------------ models
 
