@@ -16,10 +16,6 @@ from .. import text, timeparse
 from . import lexicon, persons, slots
 from .prefilter import FIRST_PERSON_WORDS, sentence_kind
 
-# Leading words that carry nothing ("Yeah, so I ..." → "I ...").
-_FILLER = re.compile(
-    r"^(?:(?:yeah|yes|yep|oh|wow|well|so|also|anyway|btw|by the way|actually|haha|lol|hey|hi|thanks|thank you|"
-    r"totally|cool|great|nice|sure|ok|okay|and|but|plus|oh and|good tip|nice)\b[\s,!.:–-]*)+", re.I)
 _VOCATIVE = re.compile(r"^[A-Z][a-z]+,\s*|,\s*[A-Z][a-z]+$")  # "Bea, ..." / "..., Rosalind"
 _CLAUSE = re.compile(r"\s*(?:;|:|—|–| - |, but |, and |, so |, which | but | and then | and (?=it |it's |that |this )"
                      r"|,\s+(?=(?:I|I'm|I've|I'll|I'd|my|My|we|We|we're|We're)\b))\s*")
@@ -84,7 +80,7 @@ def _clauses(content: str, zh: bool) -> list[str]:
     out = []
     for sentence in text.sentences(content):
         for part in _aside_kept(_CLAUSE.split(sentence)):
-            part = _FILLER.sub("", part.strip(" ,.!")).strip(" ,.!")
+            part = persons.discourse_free(part.strip(" ,.!")).strip(" ,.!")  # "Yeah, so I …" → "I …"
             part = _VOCATIVE.sub("", part)
             out += _cut(part, MAX_CLAUSE_CHARS["en"], ", ")
     return [c for c in out if c]

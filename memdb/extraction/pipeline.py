@@ -92,9 +92,8 @@ def extract_batch(turns: list[Turn], history: list[Turn], llm: LLM,
 def still_pending(conn: apsw.Connection, turns: list[Turn]) -> set[int]:
     """The ids of turns still pending: while the model ran, another process may have extracted
     them or forget() may have removed them."""
-    marks = ",".join("?" * len(turns))
-    return {r[0] for r in conn.execute(f'select "id" from "turns" where "state" = ? and "id" in ({marks})',
-                                       [codec.STATES["pending"], *(t.id for t in turns)])}
+    return {r[0] for r in conn.execute(f'select "id" from "turns" where "state" = ? and "id" in {rows.EACH}',
+                                       (codec.STATES["pending"], rows.json_array(t.id for t in turns)))}
 
 
 def settle(conn: apsw.Connection, turns: list[Turn], outcomes: dict[int, Outcome], pending: set[int],
