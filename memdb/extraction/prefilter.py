@@ -10,26 +10,18 @@ import re
 from collections.abc import Iterable
 
 from .. import text
+from . import lexicon
 from .records import Turn
 
 SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself|u)\b|你", re.I)
 FIRST_PERSON_WORDS = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself)\b|我", re.I)
-_GREETING_WORDS = frozenset("""hi hey hello hiya howdy yo morning afternoon evening night bye goodbye
-    see ya later care welcome back long time meet""".split())
-_THANKS_WORDS = frozenset("thanks thank thx ty appreciate appreciated grateful cheers".split())
-_ACK_WORDS = frozenset("""ok okay alright right sure yeah yep yup yes no nope cool great awesome nice good
-    glad sorry hear sounds sound amazing wow totally agree agreed definitely true absolutely lovely
-    wonderful fantastic congrats congratulations haha hahaha lol exactly indeed same interesting fun
-    happy proud incredible impressive got gotcha hmm um uh aw aww love fab super perfect well
-    excited nice cute sweet beautiful gorgeous stunning keep going luck hope awesome totally
-    way btw anyway look take check guess""".split())
-PHATIC_WORDS = _GREETING_WORDS | _THANKS_WORDS | _ACK_WORDS
-_FILLER_WORDS = frozenset("""that's it's i'm you're what's so too such news day that this there thing things
-    hear much bit""".split())
-_ZH_GREETING = ("你好", "您好", "嗨", "哈喽", "早上好", "下午好", "晚上好", "早安", "晚安", "再见", "拜拜", "回头见")
-_ZH_THANKS = ("谢谢", "多谢", "感谢", "辛苦了")
-_ZH_ACK = ("好的", "好吧", "嗯嗯", "嗯", "哦", "噢", "收到", "明白", "了解", "知道了", "没问题", "行", "可以",
-           "对", "是的", "哈哈", "太好了", "不错", "厉害", "棒", "好")
+_GREETING_WORDS = frozenset(lexicon.words("en", "greetings"))
+_THANKS_WORDS = frozenset(lexicon.words("en", "thanks"))
+PHATIC_WORDS = _GREETING_WORDS | _THANKS_WORDS | frozenset(lexicon.words("en", "acknowledgements"))
+_FILLER_WORDS = frozenset(lexicon.words("en", "filler_words"))
+_ZH_GREETING = lexicon.words("zh", "greetings")
+_ZH_THANKS = lexicon.words("zh", "thanks")
+_ZH_ACK = lexicon.words("zh", "acknowledgements")
 _ZH_QUESTION_END = re.compile(r"[吗呢吧么][？?。.!！]*$")
 
 
