@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .. import text
+from .. import text, timeparse
 from .prefilter import PHATIC_WORDS
 from .persons import owner_and_thing
 from .prompt import FEWSHOT_MARKERS
@@ -32,6 +32,7 @@ def ground(record: dict, source: str, names: set[str], *, extractive: bool = Fal
     name_words = {w.lower() for n in names for w in text.WORD.findall(n)} | {"user", "用户"}
     thing = owner_and_thing(record.get("subject") or "")[1]
     said = " ".join([thing, *(record.get(f, "") for f in ("predicate", "object"))])  # "Ana's Oslo trip | is off"
+    said = timeparse.without_zh_dates(said)  # "2026年11月18日": the date a phrase of the turn named
     said_terms = [w for w in text.terms(said) if w not in name_words]
     if not said_terms:
         return "no content"
