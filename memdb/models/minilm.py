@@ -112,7 +112,10 @@ def encoder(folder: Path, digest: str, threads: int) -> bert.Encoder:
         raise
     except Exception as e:  # OSError, ValueError, KeyError, and safetensors' and tokenizers' own errors
         raise EmbedderUnavailable(f"cannot load the embedding model in {folder}: {e!r}") from e
-    return bert.Encoder(tokenizer=tokenizer, bounds=bounds, embeddings=embeddings, session=session,  # type: ignore[arg-type]
+    # One text at a time, not encode_batch: that one hands the texts to a pool of threads of its
+    # own, which would take the cores from onnxruntime's (a text takes microseconds alone).
+    return bert.Encoder(tokenize=lambda text: tokenizer.encode(text, add_special_tokens=False).ids, tokenizer=tokenizer,
+                        bounds=bounds, embeddings=embeddings, session=session,  # type: ignore[arg-type]
                         dim=shape.hidden, max_tokens=max_tokens, windows=False)
 
 
