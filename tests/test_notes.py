@@ -225,3 +225,10 @@ def test_a_note_whose_object_is_only_it_names_nothing(predicate, obj, kept):
 def test_the_listener_named_for_you_agrees_with_its_verb(value, expected):
     from memdb.extraction import gate
     assert expected == gate._listener_named(value, "Bea", False)
+
+
+def test_a_chinese_note_is_grounded_without_the_date_written_into_it():
+    from memdb.extraction import ground
+    record = {"kind": "event", "subject": "苏禾", "object": "2026年11月18日刚上线了 v3", "date": "2026-11-18", "lang": "zh"}
+    assert ground.ground(record, "对了上周三刚上线了 v3。", {"苏禾"}) is None
+    assert "entity not in source: '2025'" == ground.ground({**record, "object": "2025 刚上线了 v3"}, "对了上周三刚上线了 v3。", {"苏禾"})

@@ -31,8 +31,10 @@ def ground(record: dict, source: str, names: set[str], *, extractive: bool = Fal
     low_source = source.lower()
     name_words = {w.lower() for n in names for w in text.WORD.findall(n)} | {"user", "用户"}
     thing = owner_and_thing(record.get("subject") or "")[1]
+    # A Chinese note's written date ("2026年11月18日") is the date a phrase of the turn named: the
+    # note is checked without it.
+    record = {f: timeparse.without_zh_dates(v) if isinstance(v, str) else v for f, v in record.items()}
     said = " ".join([thing, *(record.get(f, "") for f in ("predicate", "object"))])  # "Ana's Oslo trip | is off"
-    said = timeparse.without_zh_dates(said)  # "2026年11月18日": the date a phrase of the turn named
     said_terms = [w for w in text.terms(said) if w not in name_words]
     if not said_terms:
         return "no content"
