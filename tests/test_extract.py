@@ -621,7 +621,7 @@ def test_the_gate_drops_what_no_note_taker_keeps(content, atom, why):
 def test_glued_words_are_cut_and_the_rest_kept():
     source = turn(1, "I'm a data scientist, mostly Python, and I basically live in Jupyter notebooks.", speaker="Tobias")
     llm = fake_llm(reply("Tobias | is | data scientist mostly Python andIBasicallyliveinJupyter"))
-    assert ["Tobias is data scientist mostly Python"] == texts(model_only([source], llm)[0])
+    assert ["Tobias is a data scientist mostly Python"] == texts(model_only([source], llm)[0])
 
 
 def test_a_request_to_an_assistant_keeps_the_rule_without_the_you():

@@ -232,3 +232,20 @@ def test_a_chinese_note_is_grounded_without_the_date_written_into_it():
     record = {"kind": "event", "subject": "苏禾", "object": "2026年11月18日刚上线了 v3", "date": "2026-11-18", "lang": "zh"}
     assert ground.ground(record, "对了上周三刚上线了 v3。", {"苏禾"}) is None
     assert "entity not in source: '2025'" == ground.ground({**record, "object": "2025 刚上线了 v3"}, "对了上周三刚上线了 v3。", {"苏禾"})
+
+
+@pytest.mark.parametrize("predicate, obj, expected", [
+    ("is", "data engineer at a shipping firm", "a data engineer at a shipping firm"),
+    ("was", "engineer at a mill", "an engineer at a mill"),
+    ("is", "a nurse in Leeds", "a nurse in Leeds"),
+    ("is", "happy at the mill", "happy at the mill"),     # no role: nothing to add
+    ("loves", "engineer jokes", "engineer jokes"),
+])
+def test_a_role_said_without_an_article_gets_one(predicate, obj, expected):
+    assert expected == persons.with_article(predicate, obj)
+
+
+@pytest.mark.parametrize("clause", ["Next Friday works for me", "Never had a chance to see it"])
+def test_a_time_or_an_adverb_is_no_thing_to_write_a_note_about(clause):
+    from memdb.extraction import clauses
+    assert clauses._as_record(clause, "Wren", {"Wren"}, False, clause) is None

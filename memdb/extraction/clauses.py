@@ -221,6 +221,8 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
         # "No hosted APIs, no pasting rows into web tools": a rule, and whose it is
         return {"subject": f"{speaker}'s rule:", "object": clause[:1].lower() + clause[1:]}
     thing = re.match(r"^((?:[\w'-]+\s+){0,4}?[\w'-]+)\s+(?=(?:%s)\b)(.+)$" % _verbs(), clause, re.I)
+    if thing and _no_thing(thing.group(1)):
+        thing = None  # "Next Friday works", "Never had a chance": a time or an adverb, not a thing
     if thing and (rule or _ENTITY.search(clause) or timeparse.find(thing.group(2), "2000-01-01")
                   or slots.polarity(thing.group(2)) == "ended"):
         # "The offsite is on June 4", "The Crete trip is off", "Anything with client data stays
@@ -229,6 +231,13 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
                       f"{speaker}'s ", thing.group(1), flags=re.I)
         return {"subject": noun[:1].upper() + noun[1:], **_verb_and_rest(thing.group(2))}
     return None  # a remark without its own subject: the raw turn says it better than a note could
+
+
+def _no_thing(noun: str) -> bool:
+    # A time ("Next Friday") or a word that only modifies a verb ("Never", en.toml: auxiliaries)
+    # in the place of a thing.
+    said = [p for p, _ in timeparse.find(noun, "2000-01-01")]
+    return any(p.lower() == noun.lower() for p in said) or noun.lower() in lexicon.words("en", "auxiliaries")
 
 
 # "X is my favourite Y": the speaker's Y is X.

@@ -247,6 +247,7 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
     record = gate.repair_persons(record, speaker, listener, zh, pronouns)
     if not zh and record.get("object"):
         record["object"] = persons.indefinite(record.get("predicate", ""), record["object"])
+        record["object"] = persons.with_article(record.get("predicate", ""), record["object"])
     if zh and not extractive and record.get("object") and gate.pieced_together(record, turn.content, speaker, listener, turn.ts):
         return None, "not the turn's words"
     why = gate.judge(record, sentence, names | {speaker})

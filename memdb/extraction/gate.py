@@ -286,7 +286,7 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "an opinion"
     if lexicon.alternation("en", "pep_talk").search(said) and not _LATIN_NAME.search(said):
         return "a feeling or a pep talk"  # "will do her best", "is so grateful": nothing to recall
-    pointed = re.match(r"(?:it|them)\b", record.get("object") or "") or re.search(r"\b(?:it|them)$", record.get("predicate") or "")
+    pointed = re.match(r"(?:[a-z']+\s+){0,3}?(?:it|them)\b", said.strip(), re.I)  # "gave it to her", "wants to pass it on"
     if pointed and not _LATIN_NAME.search(said):
         return "names nothing it speaks of"  # "presented | it to leadership": what "it" was, the turn says
     if re.search(r"^(?:shares?|shared) (?:a |an )?(?:photo|pic|picture|photography)|\bshares? a photo$"

@@ -266,3 +266,15 @@ def indefinite(predicate: str, value: str) -> str:
     if m.group(1) in ("these", "those"):
         return value  # "has known these friends": without it, which friends is lost
     return ("an " if re.match(r"[aeiou]", rest) else "a ") + rest
+
+
+def with_article(predicate: str, value: str) -> str:
+    """"is | data engineer at a firm" (from "I'm Wren, data engineer at a firm") as a sentence says
+    it: "a data engineer at a firm". Only a role of en.toml's professions, said without a
+    determiner, after "is"/"was"."""
+    if not re.search(r"\b(?:is|was)$", predicate.strip()):
+        return value
+    role = re.match(r"((?:[a-z-]+\s+){0,2}?)(%s)\b" % "|".join(map(re.escape, lexicon.words("en", "professions"))), value)
+    if not role or re.match(r"(?:a|an|the|my|his|her|their|our|its|one|no|not)\b", value):
+        return value
+    return ("an " if re.match(r"[aeiou]", value) else "a ") + value
