@@ -160,6 +160,11 @@ class Settings:
     term_counts_growth: float = 1.1
     vector_copy_min: int = 500
     vector_copy_mb: float = 1024.0
+    # A search ranks a large copy (10k+ vectors) by 1-bit codes of its vectors first (32x less
+    # to read than float32) and the vector_rescore x pool nearest by their exact cosines (at
+    # least 1,024); 0 ranks every vector exactly. At 100k atoms: the same hits as exact on
+    # 99% of the pool (bench/results/scale_i29.json). Deduplication always ranks exactly.
+    vector_rescore: int = 20
     # With vector_copy_files, a user's copy of at least vector_copy_file_min vectors is also
     # written once to a file beside the database (<file>-memdb-copies/, index/copyfiles.py) and
     # memory-mapped by later opens, so the first search of a process does not read the vectors
@@ -251,7 +256,8 @@ class Settings:
         for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",
-                     "common_term_rows", "vector_backfill", "keyword_copy_min", "vector_copy_file_min"):
+                     "common_term_rows", "vector_backfill", "keyword_copy_min", "vector_copy_file_min",
+                     "vector_rescore"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         _check(_is_number(self.alpha_cjk, 0, 1), "alpha_cjk", "a number from 0 to 1")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",

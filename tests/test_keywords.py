@@ -145,9 +145,9 @@ def test_search_with_keyword_copies_returns_what_full_bm25_returns(copied):
     for query in QUERIES:
         vector = copied._query_vector(query, "alice", None)
         for layer in search_fusion.LAYERS:
-            args = dict(user="alice", k=10, layer=layer, query_vector=vector)
-            with_copy = search_fusion.search(copied.conn, query, settings=copied.settings, keywords=copied.keywords, **args)
-            without = search_fusion.search(copied.conn, query, settings=plain, **args)
+            asked = search_fusion.Query(query, user="alice", k=10, layer=layer, vector=vector)
+            with_copy = search_fusion.search(copied.conn, asked, search_fusion.Engine(copied.settings, keywords=copied.keywords))
+            without = search_fusion.search(copied.conn, asked, search_fusion.Engine(plain))
             assert [round(h.score, 9) for h in without] == [round(h.score, 9) for h in with_copy]
 
 
@@ -168,3 +168,15 @@ def test_a_copy_of_mostly_rewritten_rows_is_read_afresh(copied):
             absorb.merge(copied.conn, atom_id, confidence=0.8, turn_ids=[turn], ts="2026-01-02T00:00:00")
     assert_same_ranking(by_fts(copied, "atoms", "alice", "coffee"), by_copy(copied, "atoms", "alice", "coffee"))
     assert 12 == len(copied.keywords.copies[("atoms", "alice")].ids)
+
+
+def test_a_copy_leaves_out_the_terms_fts_counts_as_common(copied):
+    say(copied, 30)
+    copied.add([{"content": f"coffee again, cup {i}"} for i in range(40)], user="alice")
+    common = (copied.settings.common_term_share, copied.settings.common_term_rows)
+    for query in ("coffee hiking", "coffee", "tea coffee Berlin"):
+        terms = fts.distinctive_terms(copied.conn, "turns", "alice", query, common=common)
+        assert "coffee" not in terms
+        expected = copied.keywords.top_k(copied.conn, "turns", "alice", terms, 1000)
+        actual = copied.keywords.top_k(copied.conn, "turns", "alice", fts.query_terms(query), 1000, common=common)
+        assert expected == actual

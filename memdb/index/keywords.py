@@ -134,6 +134,14 @@ class KeywordCopy:
             self._norm = (live, K1 * (1 - B + B * self.lengths / average))
         return self._norm
 
+    def common(self, terms: list[int | None], share: float, least_rows: int) -> set[int]:
+        """The terms held by more than share of the live rows, once there are least_rows of them
+        (fts.common_terms' rule, without a count query per term)."""
+        live, _ = self._statistics()
+        if share >= 1 or live < least_rows:
+            return set()
+        return {t for t in terms if t is not None and len(self.postings(t)[0]) > int(share * live)}
+
     def top_k(self, terms: list[int | None], k: int) -> list[tuple[int, float]]:
         """(id, bm25) of the k best-scoring live rows holding any term, best first; ties by id.
         A term is counted as often as it is given, as FTS5 scores each phrase of an OR."""
@@ -187,11 +195,12 @@ class KeywordCopies:
         self._tokenizer: Any = None
 
     def top_k(self, conn: apsw.Connection, layer: str, user: str, terms: list[str],
-              k: int) -> list[tuple[int, float]] | None:
+              k: int, *, common: tuple[float, int] | None = None) -> list[tuple[int, float]] | None:
         """(id, bm25) of the user's k best rows in layer for the query terms (as fts.query_terms
         gives them), or None when FTS5 should answer (a small user, a copy over budget, inside
         a transaction, a term that FTS5 would read as a phrase of several tokens, another user
-        in the file unless shared)."""
+        in the file unless shared). common = (share, least_rows): terms in more than share of
+        the user's rows are left out, as fts.common_terms leaves them, counted in the copy."""
         if not self.keyword_copy_bytes or not conn.getautocommit():
             return None
         if not self.shared and not fts.sole_user(conn, layer, user):
@@ -204,7 +213,11 @@ class KeywordCopies:
         if any(len(t) > 1 for t in tokens):
             return None  # a phrase: FTS5 checks positions, which a copy does not keep
         copy = self._current(conn, layer, user)  # first: it may bring the terms' ids
-        return None if copy is None else copy.top_k([self.vocabulary.get(t[0]) for t in tokens if t], k)
+        if copy is None:
+            return None
+        ids = [self.vocabulary.get(t[0]) for t in tokens if t]
+        skip = copy.common(ids, *common) if common is not None else set()
+        return copy.top_k([t for t in ids if t not in skip], k)
 
     def _current(self, conn: apsw.Connection, layer: str, user: str) -> KeywordCopy | None:
         key = (layer, user)
