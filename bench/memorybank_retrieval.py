@@ -95,10 +95,10 @@ def run(embedder: str, built: Path | None) -> dict:
                     qvec = embedders.query_vectors(mem.embedder, [qa["q"]])[0] if readable else None
                     sweep = {f"turns_alpha{a}": ("turns", a) for a in SWEEP}
                     for name, (layer, alpha) in {**CONFIGS, **sweep}.items():
-                        hits = search_fusion.search(mem.conn, qa["q"], user=user, k=20, layer=layer,
-                                                    settings=mem.settings, query_vector=qvec, alpha=alpha,
-                                                    copies=mem.copies, term_counts=mem.term_counts,
-                                                    cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0))
+                        hits = search_fusion.search(mem.conn, search_fusion.Query(
+                            qa["q"], user=user, k=20, layer=layer, vector=qvec, alpha=alpha,
+                            cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0)),
+                            search_fusion.Engine(mem.settings, copies=mem.copies, term_counts=mem.term_counts))
                         results[name].append(score(hits, gold, turn_to_ev))
                 name = mem.embedder.name
             Path(tmp, "u.db").unlink()

@@ -5,6 +5,7 @@ behind it, in the order data flows (ingest → extraction → lifecycle → sear
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import json
@@ -32,7 +33,7 @@ from .ingest import check_messages, embed_turns, insert_turns
 from .lifecycle import persona as personas, scenarios as placing
 from .models.protocols import LLM, Embedder
 from .search import context as contexts, relevance, scenarios as scenario_search
-from .search.fusion import LAYERS, search as fused_search
+from .search.fusion import LAYERS, Engine, Query, search as fused_search
 from .settings import FUSIONS, Settings
 from .vecmath import unit
 
@@ -541,12 +542,12 @@ class Memory:
             with self._lock:
                 return scenario_search.search(self.conn, atom_hits, self.settings, k)
         qvec = self._query_vector(query, user, session)
-        args = dict(user=user, k=k, layer=layer, settings=self.settings, fusion=fusion, alpha=alpha,
-                    include_superseded=include_superseded, copies=self.copies, term_counts=self.term_counts,
-                    keywords=self.keywords, cosine_baseline=self._query_baseline(qvec))
+        asked = Query(query, user=user, k=k, layer=layer, vector=qvec, fusion=fusion, alpha=alpha,
+                      include_superseded=include_superseded, cosine_baseline=self._query_baseline(qvec))
+        engine = Engine(self.settings, copies=self.copies, term_counts=self.term_counts, keywords=self.keywords)
         with self._lock:
             try:
-                return fused_search(self.conn, query, query_vector=qvec, **args)
+                return fused_search(self.conn, asked, engine)
             except apsw.Error as exc:
                 if strict:
                     raise SearchError(f"search failed: {exc}") from exc
@@ -555,7 +556,7 @@ class Memory:
                     return []
                 log.warning("memdb: vector search failed, using keywords only: %s", exc)
             try:
-                return fused_search(self.conn, query, query_vector=None, **args)
+                return fused_search(self.conn, dataclasses.replace(asked, vector=None), engine)
             except apsw.Error as exc:
                 log.error("memdb: keyword search failed too, returning nothing: %s", exc)
                 return []
