@@ -155,10 +155,12 @@ class Settings:
     # the cost and recall of each budget at 100k atoms); term counts are kept until the table
     # grows by term_counts_growth. Users with at least vector_copy_min vectors in a layer have
     # them ranked in memory, loaded on their first search (~14 us per vector), up to
-    # vector_copy_mb in all (0 disables it).
+    # vector_copy_mb in all (0 disables it). 200: vec0's KNN over a partition of a few hundred
+    # vectors took ~4 ms, a copy's product well under 1 (1,000 users x 1k atoms, whose users hold
+    # ~333 turns each: layer="both" p95 19 -> 11 ms; bench/results/scale_i29.json).
     keyword_postings: int = 20_000
     term_counts_growth: float = 1.1
-    vector_copy_min: int = 500
+    vector_copy_min: int = 200
     vector_copy_mb: float = 1024.0
     # A search ranks a large copy (10k+ vectors) by 1-bit codes of its vectors first (32x less
     # to read than float32) and the vector_rescore x pool nearest by their exact cosines (at
@@ -180,13 +182,15 @@ class Settings:
     # on their first search and scored there by bm25 over every query term, with their own
     # statistics (index/keywords.py; bench/results/scale.json: 100k atoms at full-bm25 recall),
     # up to keyword_copy_mb in all (0 disables it: FTS5 answers, pruned by keyword_postings).
-    # In a file of several users the copy would score with the user's own statistics, not
-    # the file's as FTS5 does: faster (300 users x 1k atoms: p95 2.8x lower) but, on synthetic
-    # gold, hit@10 0.663 vs 0.690 (bench/results/scale_keywords.json); off until per-user
-    # statistics are decided for FTS5 too.
-    keyword_copy_min: int = 500
+    # In a file of several users the copy scores with the user's own statistics, as a file of
+    # their own would, where FTS5 uses the whole file's and reads every user's postings of each
+    # query term to count them (1,000 users x 1k atoms: p95 47 -> 5 ms; hit@10 on synthetic gold
+    # within a query of FTS5's, bench/results/scale_i29.json); keyword_copy_shared=False leaves
+    # files of several users to FTS5. Users under keyword_copy_min rows are FTS5's either way:
+    # statistics over a handful of rows say little about which words are rare.
+    keyword_copy_min: int = 200
     keyword_copy_mb: float = 1024.0
-    keyword_copy_shared: bool = False
+    keyword_copy_shared: bool = True
 
     # L2 scenarios (lifecycle/scenarios.py). An absorbed atom joins the scenario it scores best
     # with, if that score reaches scenario_join, else it seeds a new one. The score adds:

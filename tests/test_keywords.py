@@ -74,13 +74,14 @@ def test_a_sole_users_copy_ranks_like_fts5(copied):
     assert {("atoms", "alice"), ("turns", "alice")} == set(copied.keywords.copies)
 
 
-def test_in_a_shared_file_copies_serve_only_when_asked_with_the_users_own_statistics(copied, db_path, tmp_path,
-                                                                                      embedder):
+def test_in_a_shared_file_copies_rank_with_the_users_own_statistics_unless_told_not_to(copied, db_path, tmp_path,
+                                                                                        embedder):
     say(copied, 60, seed=1)
     say(copied, 200, user="bob", seed=2)  # many more rows: other counts, other lengths
-    assert None is by_copy(copied, "atoms", "alice", "coffee")  # FTS5 answers, with the file's statistics
-    settings = memdb.Settings(keyword_copy_min=1, keyword_copy_shared=True)
-    with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as shared, \
+    not_shared = memdb.Settings(keyword_copy_min=1, keyword_copy_shared=False)
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=not_shared) as fts_only:
+        assert None is by_copy(fts_only, "atoms", "alice", "coffee")  # FTS5 answers, with the file's statistics
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=copied.settings) as shared, \
             memdb.open(tmp_path / "alone.db", embedder=embedder, extract="defer") as alone:
         say(alone, 60, seed=1)
         for layer in ("atoms", "turns"):
