@@ -212,6 +212,9 @@ class Memory:
             keyword_copy_min=settings.keyword_copy_min, keyword_copy_mb=settings.keyword_copy_mb,
             shared=settings.keyword_copy_shared,
             atom_columns=settings.atom_columns, turn_columns=settings.turn_columns,
+            background_rows=settings.keyword_copy_background,
+            # A second connection needs a file on disk (copy_files is None for :memory: and URIs).
+            opener=functools.partial(connection.connect, path, read_only=True) if self.copy_files else None,
         )
 
     # ------------------------------------------------------------ setup
@@ -832,6 +835,7 @@ class Memory:
     # ------------------------------------------------------------ lifetime
 
     def close(self) -> None:
+        self.keywords.close()
         with self._lock:
             self.closed = True
             self.conn.close()

@@ -188,9 +188,13 @@ class Settings:
     # within a query of FTS5's, bench/results/scale_i29.json); keyword_copy_shared=False leaves
     # files of several users to FTS5. Users under keyword_copy_min rows are FTS5's either way:
     # statistics over a handful of rows say little about which words are rare.
+    # A user's copy of at least keyword_copy_background rows is built by a thread with a
+    # connection of its own (tokenizing 1M atoms takes ~45 s), FTS5 answering until it is ready,
+    # so the first search of a large user does not wait for it (0: the search builds it).
     keyword_copy_min: int = 200
     keyword_copy_mb: float = 1024.0
     keyword_copy_shared: bool = True
+    keyword_copy_background: int = 50_000
 
     # L2 scenarios (lifecycle/scenarios.py). An absorbed atom joins the scenario it scores best
     # with, if that score reaches scenario_join, else it seeds a new one. The score adds:
@@ -261,7 +265,7 @@ class Settings:
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",
                      "common_term_rows", "vector_backfill", "keyword_copy_min", "vector_copy_file_min",
-                     "vector_rescore"):
+                     "vector_rescore", "keyword_copy_background"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         _check(_is_number(self.alpha_cjk, 0, 1), "alpha_cjk", "a number from 0 to 1")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",

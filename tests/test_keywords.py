@@ -181,3 +181,27 @@ def test_a_copy_leaves_out_the_terms_fts_counts_as_common(copied):
         expected = copied.keywords.top_k(copied.conn, "turns", "alice", terms, 1000)
         actual = copied.keywords.top_k(copied.conn, "turns", "alice", fts.query_terms(query), 1000, common=common)
         assert expected == actual
+
+
+def test_a_large_users_copy_is_built_in_the_background_and_brought_up_to_date(db_path, embedder):
+    settings = memdb.Settings(keyword_copy_min=1, keyword_copy_background=50)
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as mem:
+        say(mem, 80)
+        assert None is by_copy(mem, "turns", "alice", "coffee")  # FTS5 answers while it is built
+        assert None is by_copy(mem, "atoms", "alice", "coffee")  # built beside it, from the same vocabulary
+        mem.keywords.wait()
+        gone, *_ = mem.add([{"content": "coffee with Dave at noon"}], user="alice")  # after the build,
+        mem.forget(user="alice", turn_id=gone)  # ... and gone again before the copy was adopted
+        say(mem, 5, seed=4)
+        for query in QUERIES:
+            assert_same_ranking(by_fts(mem, "turns", "alice", query), by_copy(mem, "turns", "alice", query))
+        assert gone not in {i for i, _ in by_copy(mem, "turns", "alice", "coffee Dave noon")}
+        for query in QUERIES:  # adopted after the turns' copy added its words: renumbered
+            assert_same_ranking(by_fts(mem, "atoms", "alice", query), by_copy(mem, "atoms", "alice", query))
+        assert {("turns", "alice"), ("atoms", "alice")} == set(mem.keywords.copies)
+
+
+def test_a_small_users_copy_is_built_by_the_search_itself(copied):
+    say(copied, 30)
+    assert by_copy(copied, "turns", "alice", "coffee") is not None
+    assert {} == copied.keywords.building
