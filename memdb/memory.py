@@ -548,13 +548,21 @@ class Memory:
         asked = Query(query, user=user, k=k, layer=layer, vector=qvec, fusion=fusion, alpha=alpha,
                       include_superseded=include_superseded, cosine_baseline=self._query_baseline(qvec))
         engine = Engine(self.settings, copies=self.copies, term_counts=self.term_counts, keywords=self.keywords)
+        try:
+            return self._fused_search(asked, engine, strict)
+        finally:
+            with self._lock:  # keyword copies this search asked for, built in the background from now
+                self.keywords.start_builds()
+
+    def _fused_search(self, asked: Query, engine: Engine, strict: bool) -> list[Hit]:
+        """The search, else by keywords alone if the vector side fails, else [] (strict: raise)."""
         with self._lock:
             try:
                 return fused_search(self.conn, asked, engine)
             except apsw.Error as exc:
                 if strict:
                     raise SearchError(f"search failed: {exc}") from exc
-                if qvec is None:
+                if asked.vector is None:
                     log.error("memdb: search failed, returning nothing: %s", exc)
                     return []
                 log.warning("memdb: vector search failed, using keywords only: %s", exc)

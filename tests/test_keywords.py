@@ -205,3 +205,14 @@ def test_a_small_users_copy_is_built_by_the_search_itself(copied):
     say(copied, 30)
     assert by_copy(copied, "turns", "alice", "coffee") is not None
     assert {} == copied.keywords.building
+
+
+def test_search_starts_the_build_it_asked_for_once_it_is_done(db_path, embedder):
+    settings = memdb.Settings(keyword_copy_min=1, keyword_copy_background=50)
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as mem:
+        say(mem, 80)
+        expected = [h.id for h in mem.search("coffee hiking", user="alice", layer="turns")]  # FTS5's
+        assert all(thread.ident is not None for thread in list(mem.keywords.building.values()))
+        mem.keywords.wait()
+        assert expected == [h.id for h in mem.search("coffee hiking", user="alice", layer="turns")]
+        assert ("turns", "alice") in mem.keywords.copies

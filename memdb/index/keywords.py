@@ -306,9 +306,15 @@ class KeywordCopies:
             finally:
                 self.building.pop(key, None)
 
-        thread = threading.Thread(target=build, name="memdb-keyword-copy", daemon=True)
-        self.building[key] = thread
-        thread.start()
+        # Started by start_builds, once the search that asked is done: a thread tokenizing holds
+        # the GIL most of the time, and started at once it slowed that search 10-fold (1M atoms).
+        self.building[key] = threading.Thread(target=build, name="memdb-keyword-copy", daemon=True)
+
+    def start_builds(self) -> None:
+        """Start the background builds that searches asked for (Memory.search, after each)."""
+        for thread in list(self.building.values()):
+            if thread.ident is None:
+                thread.start()
 
     def _adopt(self, key: tuple[str, str]) -> KeywordCopy | None:
         """The copy built in the background for key, its term ids made this instance's; its
@@ -329,6 +335,7 @@ class KeywordCopies:
 
     def wait(self) -> None:
         """Until every copy being built in the background is ready (tests, benchmarks)."""
+        self.start_builds()
         while self.building:
             for thread in list(self.building.values()):
                 thread.join()
@@ -336,6 +343,9 @@ class KeywordCopies:
     def close(self) -> None:
         """Stop building in the background (within one READ_ROWS chunk) and wait for it."""
         self.stopping.set()
+        for key, thread in list(self.building.items()):
+            if thread.ident is None:  # never started: nothing to stop
+                del self.building[key]
         self.wait()
 
     def _catch_up(self, conn: apsw.Connection, layer: str, copy: KeywordCopy, rows: list[tuple[int, int]]) -> None:
