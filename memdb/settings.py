@@ -156,8 +156,8 @@ class Settings:
     # grows by term_counts_growth. Users with at least vector_copy_min vectors in a layer have
     # them ranked in memory, loaded on their first search (~14 us per vector), up to
     # vector_copy_mb in all (0 disables it). 200: vec0's KNN over a partition of a few hundred
-    # vectors took ~4 ms, a copy's product well under 1 (1,000 users x 1k atoms, whose users hold
-    # ~333 turns each: layer="both" p95 19 -> 11 ms; bench/results/scale_i29.json).
+    # vectors took milliseconds, a copy's product well under one (1,000 users x 1k atoms, ~333
+    # turns each: layer="both" p95 4.1 ms with keyword copies from 200 rows too; scale_i29.json).
     keyword_postings: int = 20_000
     term_counts_growth: float = 1.1
     vector_copy_min: int = 200
@@ -184,8 +184,8 @@ class Settings:
     # up to keyword_copy_mb in all (0 disables it: FTS5 answers, pruned by keyword_postings).
     # In a file of several users the copy scores with the user's own statistics, as a file of
     # their own would, where FTS5 uses the whole file's and reads every user's postings of each
-    # query term to count them (1,000 users x 1k atoms: p95 47 -> 5 ms; hit@10 on synthetic gold
-    # within a query of FTS5's, bench/results/scale_i29.json); keyword_copy_shared=False leaves
+    # query term to count them (1,000 users x 1k atoms, layer="atoms": p95 26.2 -> 3.1 ms; hit@10
+    # on synthetic gold 0.690 vs 0.695, one query in 200, bench/results/scale_i29.json); False leaves
     # files of several users to FTS5. Users under keyword_copy_min rows are FTS5's either way:
     # statistics over a handful of rows say little about which words are rare.
     # A user's copy of at least keyword_copy_background rows is built by a thread with a
