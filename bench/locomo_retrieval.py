@@ -79,10 +79,10 @@ def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None,
                         continue
                     settings = dataclasses.replace(mem.settings, atom_weight=weight) if weight else mem.settings
                     t0 = time.perf_counter()
-                    hits = search_fusion.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
-                                                settings=settings, query_vector=qvec, fusion=fusion, alpha=alpha,
-                                                copies=mem.copies, term_counts=mem.term_counts,
-                                                cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0))
+                    hits = search_fusion.search(mem.conn, search_fusion.Query(
+                        qa["question"], user=user, k=20, layer=layer, vector=qvec, fusion=fusion, alpha=alpha,
+                        cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0)), search_fusion.Engine(
+                        settings, copies=mem.copies, term_counts=mem.term_counts))
                     latencies.append(time.perf_counter() - t0)
                     row = score(hits, gold, turn_to_dia)
                     # Tokens of what search returns (the hits' text) and of the same hits
@@ -94,10 +94,10 @@ def run(data: Path, atoms: Path | None, sweep: bool, db_dir: Path | None = None,
                 if sweep:
                     for layer in (("atoms", "both", "turns") if atoms or db_dir else ("turns",)):
                         for a in np.round(np.linspace(0, 1, 11), 1):
-                            hits = search_fusion.search(mem.conn, qa["question"], user=user, k=20, layer=layer,
-                                                        settings=mem.settings, query_vector=qvec, fusion="weighted",
-                                                        alpha=float(a), copies=mem.copies, term_counts=mem.term_counts,
-                                                        cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0))
+                            hits = search_fusion.search(mem.conn, search_fusion.Query(
+                                qa["question"], user=user, k=20, layer=layer, vector=qvec, fusion="weighted",
+                                alpha=float(a), cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0)),
+                                search_fusion.Engine(mem.settings, copies=mem.copies, term_counts=mem.term_counts))
                             sweep_rows[(layer, intent, float(a))].append(score(hits, gold, turn_to_dia))
             mem.close()
     summary = {name: mean_scores(rows) for name, rows in results.items()}

@@ -51,9 +51,10 @@ def main() -> None:
                     for w in WEIGHTS:
                         settings = dataclasses.replace(mem.settings, date_weight=w)
                         for layer in ("turns", "both"):
-                            hits = search_fusion.search(mem.conn, qa["q"], user=user, k=20, layer=layer, settings=settings,
-                                                        query_vector=qvec, copies=mem.copies, term_counts=mem.term_counts,
-                                                        cosine_baseline=mem.embedder.cosine_baseline)
+                            hits = search_fusion.search(mem.conn, search_fusion.Query(
+                                qa["q"], user=user, k=20, layer=layer, vector=qvec,
+                                cosine_baseline=mem.embedder.cosine_baseline),
+                                search_fusion.Engine(settings, copies=mem.copies, term_counts=mem.term_counts))
                             s = score(hits, set(qa["evidence"]), turn_to_ev)
                             for split in ("tune" if user in tune else "check", "all"):
                                 scores.setdefault(f"w{w} {layer} {split}", []).append((s["recall@10"], s["mrr"]))

@@ -99,10 +99,10 @@ def run(embedder: str, built: Path | None, atom_weights: tuple[float, ...] = ())
                     configs = {name: (layer, alpha, None) for name, (layer, alpha) in CONFIGS.items()}
                     for name, (layer, alpha, weight) in {**configs, **sweep, **weights}.items():
                         settings = dataclasses.replace(mem.settings, atom_weight=weight) if weight else mem.settings
-                        hits = search_fusion.search(mem.conn, qa["q"], user=user, k=20, layer=layer,
-                                                    settings=settings, query_vector=qvec, alpha=alpha,
-                                                    copies=mem.copies, term_counts=mem.term_counts,
-                                                    cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0))
+                        hits = search_fusion.search(mem.conn, search_fusion.Query(
+                            qa["q"], user=user, k=20, layer=layer, vector=qvec, alpha=alpha,
+                            cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0)),
+                            search_fusion.Engine(settings, copies=mem.copies, term_counts=mem.term_counts))
                         results[name].append(score(hits, gold, turn_to_ev))
                 name = mem.embedder.name
             Path(tmp, "u.db").unlink()

@@ -70,9 +70,9 @@ def run(data: Path, db_dir: Path) -> dict:
 
 
 def _search(mem, user, question, qvec, layer, settings):
-    return search_fusion.search(mem.conn, question, user=user, k=K, layer=layer, settings=settings,
-                                query_vector=qvec, copies=mem.copies, term_counts=mem.term_counts,
-                                cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0))
+    return search_fusion.search(mem.conn, search_fusion.Query(
+        question, user=user, k=K, layer=layer, vector=qvec, cosine_baseline=getattr(mem.embedder, "cosine_baseline", 0.0)),
+        search_fusion.Engine(settings, copies=mem.copies, term_counts=mem.term_counts))
 
 
 def main() -> None:

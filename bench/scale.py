@@ -11,6 +11,13 @@ in --dir and reused) and then measured in a fresh process:
   JSON), and search() end to end (both sides, statement, evidence grouping); query embedding
   is excluded (timed separately). Stages run interleaved per query, so noise from the shared
   machine falls on all of them alike.
+- in the same loop, query by query, beside search() with the library's defaults: the exact
+  reference (the same copies, every vector ranked exactly: Settings.vector_rescore=0, and full
+  bm25 from the keyword copies, with each user's own statistics), today's main (--main: a
+  checkout's memdb imported beside this one, on its own copies), the plain design a user could
+  build in an afternoon (FTS5 bm25 + sqlite-vec KNN + RRF in Python, plain_search) and memdb's
+  fusion with every side asked of SQLite (vec0 KNN, bm25 on all terms); hit@10 and MRR of the
+  atom each query was written from, for each.
 - the floor: numpy brute-force cosine top-k over the same vectors held in memory, with BLAS on
   one thread (sqlite-vec is single-threaded) and with its default threads; the vector stage
   over the one-thread floor is the ratio reported. recall@10 of the KNN against exact search.
@@ -21,6 +28,7 @@ in --dir and reused) and then measured in a fresh process:
 
     .venv/bin/python bench/scale.py --configs 10k,100k          # 1M, 1000x1k: add them (slow)
     .venv/bin/python bench/scale.py --configs 1M --quant        # + int8/binary quantised KNN
+    .venv/bin/python bench/scale.py --configs 100k --main /path/to/main/checkout --insert 0 --absorb 0
 
 Results merge into bench/results/scale.json (one entry per configuration) and a plot.
 """
@@ -28,6 +36,7 @@ Results merge into bench/results/scale.json (one entry per configuration) and a 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import random
@@ -47,6 +56,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import synth  # noqa: E402
 from bench.common import machine  # noqa: E402
 from memdb.db import connection  # noqa: E402
+from memdb import text  # noqa: E402
 from memdb.db import rows as db_rows  # noqa: E402
 from memdb.index import fts, vectors  # noqa: E402
 from memdb.index.copies import VectorCopies  # noqa: E402
@@ -117,7 +127,8 @@ def bound_statement(conn, query: str, qvec: np.ndarray, user: str, layer: str, s
         def __getattr__(self, name):
             return getattr(conn, name)
 
-    search_fusion.search(Spy(), query, user=user, k=K, layer=layer, settings=settings, query_vector=qvec, **indexes)
+    search_fusion.search(Spy(), search_fusion.Query(query, user=user, k=K, layer=layer, vector=qvec),
+                         search_fusion.Engine(settings, **indexes))
     return seen["sql"], seen["params"]
 
 
@@ -131,19 +142,65 @@ def stage_times(conn, copies: VectorCopies, keywords: KeywordCopies, settings: S
     for name in [n for n in ("atoms", "turns") if layer in (n, "both")]:
         side = name[:-1]  # "atom" | "turn", as search names its parameters
         if f"{side}_keyword_hits" in params:  # ranked by the keyword copy: time that again
-            t_kw += timed(lambda: keywords.top_k(conn, name, user, fts.query_terms(query), pool))[0]
+            t_kw += timed(lambda: keywords.top_k(conn, name, user, fts.query_terms(query), pool,
+                                                 common=(settings.common_term_share, settings.common_term_rows)))[0]
         elif f"{side}_match" in params:
             weights = getattr(settings, f"{side}_columns")
             cte = search_fusion._keyword_cte(f"{name}_fts", weights, f"{side}_match")
             t_kw += timed(lambda: conn.execute(cte, params).fetchall())[0]
-        t, near = timed(lambda: vectors.nearest(conn, name, user, qvec, pool, copies=copies))
+        t, near = timed(lambda: vectors.nearest(conn, name, user, qvec, pool, copies=copies,
+                                                rescore=settings.vector_rescore))
         t_vec += t
         if name == "atoms":
             top = [row_id for row_id, _ in near]
     return t_kw, t_vec, top
 
 
-STAGES = ("keyword", "vector", "statement", "search", "today_search", "baseline_search")
+STAGES = ("keyword", "vector", "statement", "search", "exact_search", "main_search", "plain_search", "baseline_search")
+
+
+def plain_search(conn, query: str, qvec: np.ndarray, user: str, layer: str, k: int, pool: int) -> list[tuple[str, int]]:
+    """The design a user could build in an afternoon on the same file: FTS5 bm25 over the query's
+    words (memdb's segmentation, so Chinese matches at all; scoped by the user tag), sqlite-vec's
+    KNN over the user's partition, and reciprocal rank fusion (k = 60) in Python over every list;
+    the k best as (layer, id)."""
+    tag = db_rows.user_tag(user)
+    terms = " OR ".join(text.quote(t) for t in fts.query_terms(query))
+    fused: dict[tuple[str, int], float] = {}
+    for name in [n for n in ("atoms", "turns") if layer in (n, "both")]:
+        lists = []
+        if terms:
+            lists.append([r[0] for r in conn.execute(
+                f'select rowid from "{name}_fts" where "{name}_fts" match ? order by rank limit ?',
+                (f'u : "{tag}" AND ({terms})', pool))])
+        key, active = ("atom_id", " and active = 1") if name == "atoms" else ("turn_id", "")
+        lists.append([r[0] for r in conn.execute(
+            f"select {key} from {name}_vec where embedding match ? and k = ? and user = ?{active}",
+            (qvec.astype(np.float32).tobytes(), pool, user))])
+        for ranked in lists:
+            for rank, row_id in enumerate(ranked):
+                fused[(name[:-1], row_id)] = fused.get((name[:-1], row_id), 0.0) + 1.0 / (60 + rank + 1)
+    best = sorted(fused, key=lambda hit: -fused[hit])[:k]
+    for side in ("atom", "turn"):  # what a caller shows: the rows' text
+        ids = [i for s, i in best if s == side]
+        if ids:
+            conn.execute(f'select "id", "{"text" if side == "atom" else "content"}" from "{side}s" '
+                         'where "id" in (select value from json_each(?))', (json.dumps(ids),)).fetchall()
+    return best
+
+
+def load_main(root: Path) -> dict:
+    """Another checkout's memdb package (today's main), imported beside this one as memdb_main so
+    that both run on the same file in the same process, query by query."""
+    import importlib
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="memdb_main_"))
+    shutil.copytree(root / "memdb", folder / "memdb_main")
+    sys.path.insert(0, str(folder))
+    return {name: importlib.import_module(f"memdb_main.{name}") for name in
+            ("settings", "search.fusion", "index.copies", "index.fts", "index.keywords")}
 
 
 def gold_ids(conn, q: dict) -> set[int]:
@@ -153,7 +210,8 @@ def gold_ids(conn, q: dict) -> set[int]:
 
 
 def rank_of(gold: set[int], hits: list) -> int | None:
-    return next((i for i, h in enumerate(hits) if h.layer == "atom" and h.id in gold), None)
+    hits = [h if isinstance(h, tuple) else (h.layer, h.id) for h in hits]
+    return next((i for i, (layer, row_id) in enumerate(hits) if layer == "atom" and row_id in gold), None)
 
 
 def quality(ranks: list[int | None]) -> dict:
@@ -193,7 +251,10 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     from memdb.models import embedders
 
     conn = connection.connect(args.db)
-    settings = Settings() if args.postings is None else Settings(keyword_postings=args.postings)
+    overrides = {"keyword_postings": args.postings, "vector_rescore": args.rescore,
+                 "keyword_copy_shared": True if args.keyword_shared else None,
+                 "vector_copy_min": args.copy_min, "keyword_copy_min": args.copy_min}
+    settings = Settings(**{name: value for name, value in overrides.items() if value is not None})
     users = [r[0] for r in conn.execute('select distinct "user" from "atoms" limit 2000')]
     if args.insert_only:  # insert rates alone: a 1M file's search loop takes long
         copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
@@ -215,15 +276,40 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
     keywords = KeywordCopies(keyword_copy_min=settings.keyword_copy_min, keyword_copy_mb=args.keyword_copy_mb,
                              atom_columns=settings.atom_columns, turn_columns=settings.turn_columns,
-                             shared=args.keyword_shared)
-    today = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth)}
-    indexes = {**today, "keywords": keywords}
+                             shared=settings.keyword_copy_shared)
+    indexes = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth), "keywords": keywords}
+    engine = search_fusion.Engine(settings, **indexes)
+    # The reference: the same copies, every vector ranked exactly, every query term scored by bm25
+    # (the keyword copies'; with the user's own statistics in a file of many users).
+    exact = search_fusion.Engine(dataclasses.replace(settings, vector_rescore=0), **indexes)
+    main_search = None
+    if args.main:  # today's main, on its own copies
+        m = load_main(Path(args.main))
+        ms = m["settings"].Settings()
+        mindexes = {"copies": m["index.copies"].VectorCopies(vector_copy_min=ms.vector_copy_min, vector_copy_mb=args.copy_mb),
+                    "term_counts": m["index.fts"].TermCounts(growth=ms.term_counts_growth),
+                    "keywords": m["index.keywords"].KeywordCopies(
+                        keyword_copy_min=ms.keyword_copy_min, keyword_copy_mb=args.keyword_copy_mb,
+                        atom_columns=ms.atom_columns, turn_columns=ms.turn_columns, shared=ms.keyword_copy_shared)}
+
+        def main_search(q, v, layer):
+            return m["search.fusion"].search(conn, q["query"], user=q["user"], k=K, layer=layer, settings=ms,
+                                             query_vector=v, **mindexes)
+
+    def ours(q, v, layer, which=engine):
+        return search_fusion.search(conn, search_fusion.Query(q["query"], user=q["user"], k=K, layer=layer, vector=v), which)
+
     pool = max(settings.candidate_pool, settings.pool_per_hit * K)
     # The first search of each user reads their vectors into memory (above vector_copy_min).
-    first = [timed(lambda q=q, v=v: search_fusion.search(conn, q["query"], user=q["user"], k=K, layer="both",
-                                                         settings=settings, query_vector=v, **indexes))[0]
+    first = [timed(lambda q=q, v=v: ours(q, v, "both"))[0]
              for q, v in {q["user"]: (q, v) for q, v in zip(qs, qvecs)}.values()]
     out["first_search_ms"] = summary(first)
+    # Keyword copies of large users are built in the background (Memory.search starts them once
+    # it is done): the figures below are those of a process that has them.
+    out["keyword_copies_ready_ms"] = round(1000 * timed(keywords.wait)[0], 1)
+    if main_search is not None:
+        out["main_first_search_ms"] = summary([timed(lambda q=q, v=v: main_search(q, v, "both"))[0]
+                                               for q, v in {q["user"]: (q, v) for q, v in zip(qs, qvecs)}.values()])
     out["copies"] = {"count": len(copies.copies), "mb": round(sum(c.nbytes for c in copies.copies.values()) / 2**20, 1),
                      "vector_copy_mb": args.copy_mb,
                      "keyword_copies": len(keywords.copies), "keyword_copies_mb": round(sum(
@@ -231,14 +317,17 @@ def cmd_measure(args: argparse.Namespace) -> dict:
                      "keyword_vocabulary": len(keywords.vocabulary)}
     # Warm the page cache and SQLite's cache the way a running agent would have it.
     for q, v in list(zip(qs, qvecs))[:min(20, max(3, len(qs) // 5))]:
-        search_fusion.search(conn, q["query"], user=q["user"], k=K, layer="both", settings=settings, query_vector=v,
-                             **indexes)
+        ours(q, v, "both")
+        if main_search is not None:
+            main_search(q, v, "both")
 
-    # The baseline, in the same run: every side asked of SQLite (vec0 KNN, bm25 on all terms).
+    # In the same loop, query by query: the reference (exact), today's main, the plain design
+    # (FTS5 bm25 + vec0 KNN + RRF in Python) and every side asked of SQLite through memdb's
+    # fusion (vec0 KNN, bm25 on all terms).
     plain = Settings(keyword_postings=0)
     times: dict[tuple, list[float]] = {}
     knn_ids: list[list[int]] = []
-    found: dict[str, list[int | None]] = {"memdb": [], "today": [], "baseline": []}
+    found: dict[str, list[int | None]] = {"memdb": [], "exact": [], "main": [], "plain": [], "baseline": []}
     for i, (q, v) in enumerate(zip(qs, qvecs)):
         gold = gold_ids(conn, q)
         for layer in ("atoms", "both"):
@@ -247,31 +336,33 @@ def cmd_measure(args: argparse.Namespace) -> dict:
             if layer == "atoms":
                 knn_ids.append(top)
             t_stmt, _ = timed(lambda: conn.execute(sql, params).fetchall())
-            t_search, hits = timed(lambda: search_fusion.search(conn, q["query"], user=q["user"], k=K, layer=layer,
-                                                                settings=settings, query_vector=v, **indexes))
-            # Today's path (before keyword copies), on the same query in the same loop.
-            t_today, hits_today = timed(lambda: search_fusion.search(conn, q["query"], user=q["user"], k=K, layer=layer,
-                                                                     settings=settings, query_vector=v, **today))
+            t_search, hits = timed(lambda: ours(q, v, layer))
+            t_exact, hits_exact = timed(lambda: ours(q, v, layer, exact))
+            t_plain, hits_plain = timed(lambda: plain_search(conn, q["query"], v, q["user"], layer, K, pool))
             stages = [("keyword", t_kw), ("vector", t_vec), ("statement", t_stmt), ("search", t_search),
-                      ("today_search", t_today)]
+                      ("exact_search", t_exact), ("plain_search", t_plain)]
+            ranks = {"memdb": hits, "exact": hits_exact, "plain": hits_plain}
+            if main_search is not None:
+                t_main, ranks["main"] = timed(lambda: main_search(q, v, layer))
+                stages.append(("main_search", t_main))
             if i < args.baseline_queries:
-                t_base, base = timed(lambda: search_fusion.search(conn, q["query"], user=q["user"], k=K, layer=layer,
-                                                                  settings=plain, query_vector=v))
+                t_base, ranks["baseline"] = timed(lambda: search_fusion.search(
+                    conn, search_fusion.Query(q["query"], user=q["user"], k=K, layer=layer, vector=v),
+                    search_fusion.Engine(plain)))
                 stages.append(("baseline_search", t_base))
-                if layer == "atoms":
-                    found["memdb"].append(rank_of(gold, hits))
-                    found["today"].append(rank_of(gold, hits_today))
-                    found["baseline"].append(rank_of(gold, base))
+            if layer == "atoms":
+                for name, got in ranks.items():
+                    found[name].append(rank_of(gold, got))
             for stage, t in stages:
                 times.setdefault((layer, stage), []).append(t)
+    found = {name: ranks for name, ranks in found.items() if ranks}
     out["latency_ms"] = {layer: {stage: summary(times[(layer, stage)]) for stage in STAGES if (layer, stage) in times}
                          for layer in ("atoms", "both")}
-    out["search_speedup_vs_baseline_p50"] = {
-        layer: round(out["latency_ms"][layer]["baseline_search"]["p50"] / out["latency_ms"][layer]["search"]["p50"], 2)
-        for layer in ("atoms", "both")}
-    out["search_speedup_vs_today_p95"] = {
-        layer: round(out["latency_ms"][layer]["today_search"]["p95"] / out["latency_ms"][layer]["search"]["p95"], 2)
-        for layer in ("atoms", "both")}
+    for other in ("baseline", "plain", "main", "exact"):
+        if f"{other}_search" in out["latency_ms"]["atoms"]:
+            out[f"search_speedup_vs_{other}"] = {
+                layer: {p: round(out["latency_ms"][layer][f"{other}_search"][p] / out["latency_ms"][layer]["search"][p], 2)
+                        for p in ("p50", "p95")} for layer in ("atoms", "both")}
     out["gold_atoms"] = {name: quality(ranks) for name, ranks in found.items()}
     out["maxrss_mb_search"] = round(maxrss_mb())
 
@@ -300,7 +391,8 @@ def cmd_measure(args: argparse.Namespace) -> dict:
         for layer in ("atoms", "both")}
     out["maxrss_mb_with_floor"] = round(maxrss_mb())
     try:
-        out["insert"] = insert_rates(conn, qusers[0], settings, args.insert, args.absorb, today, args.absorb_batch)
+        out["insert"] = insert_rates(conn, qusers[0], settings, args.insert, args.absorb,
+                                     {"copies": copies, "term_counts": indexes["term_counts"]}, args.absorb_batch)
     except Exception as exc:  # e.g. a file built before a schema change: keep the rest
         out["insert"] = {"error": f"{type(exc).__name__}: {exc}"}
     out["size"] = sizes(conn)
@@ -559,6 +651,12 @@ def main() -> None:
                             "(Settings.keyword_copy_shared)")
         p.add_argument("--postings", type=int, default=None,
                        help="Settings.keyword_postings for this run (default: the library's)")
+        p.add_argument("--rescore", type=int, default=None,
+                       help="Settings.vector_rescore for this run (default: the library's; 0: exact vectors)")
+        p.add_argument("--copy-min", type=int, default=None,
+                       help="Settings.vector_copy_min and keyword_copy_min for this run (default: the library's)")
+        p.add_argument("--main", default=None,
+                       help="a checkout of today's main (its root): its search runs in the same loop")
         p.add_argument("--baseline-queries", type=int, default=10**9,
                        help="queries also run without the cache (vec0 + full bm25); slow at 1M")
     parser.add_argument("--configs", default="10k,100k", help=f"comma-separated, of {', '.join(CONFIGS)}")
@@ -584,13 +682,15 @@ def main() -> None:
         measured = child("measure", db=db, queries=args.queries, insert=args.insert, absorb=args.absorb,
                          quant=args.quant, quant_queries=args.quant_queries, copy_mb=args.copy_mb,
                          keyword_copy_mb=args.keyword_copy_mb, keyword_shared=args.keyword_shared,
-                         baseline_queries=args.baseline_queries, postings=args.postings,
+                         baseline_queries=args.baseline_queries, postings=args.postings, rescore=args.rescore,
+                         main=args.main, copy_min=args.copy_min,
                          absorb_batch=args.absorb_batch, insert_only=args.insert_only)
         entry.update({"config": {"atoms": atoms, "users": users},
                       "settings": {"keyword_postings": args.postings if args.postings is not None else Settings().keyword_postings,
                                    "vector_copy_min": Settings().vector_copy_min, "vector_copy_mb": args.copy_mb,
                                    "keyword_copy_min": Settings().keyword_copy_min, "keyword_copy_mb": args.keyword_copy_mb,
-                                   "keyword_copy_shared": args.keyword_shared},
+                                   "keyword_copy_shared": args.keyword_shared or Settings().keyword_copy_shared,
+                                   "vector_rescore": Settings().vector_rescore if args.rescore is None else args.rescore},
                       **measured,
                       "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                       "command": " ".join(["python", "bench/scale.py", *sys.argv[1:]]), "machine": machine()})
@@ -602,11 +702,11 @@ def main() -> None:
             print(f"[{name}] insert {measured['insert']}", file=sys.stderr)
             continue
         lat = measured["latency_ms"]
-        print(f"[{name}] atoms search p50/p95/p99 {lat['atoms']['search']['p50']:.1f}/{lat['atoms']['search']['p95']:.1f}/"
-              f"{lat['atoms']['search']['p99']:.1f} ms, both {lat['both']['search']['p50']:.1f}/{lat['both']['search']['p95']:.1f}/"
-              f"{lat['both']['search']['p99']:.1f} ms; vector/floor {measured['vector_over_floor']['atoms']['p50']}x; "
-              f"speedup vs baseline {measured['search_speedup_vs_baseline_p50']}, p95 vs today {measured['search_speedup_vs_today_p95']}; "
-              f"today p95 atoms/both {lat['atoms']['today_search']['p95']:.1f}/{lat['both']['today_search']['p95']:.1f}; gold {measured['gold_atoms']}", file=sys.stderr)
+        for layer in ("atoms", "both"):
+            print(f"[{name}] {layer}: " + ", ".join(f"{stage} {x['p50']:.1f}/{x['p95']:.1f}" for stage, x in lat[layer].items()),
+                  file=sys.stderr)
+        print(f"[{name}] vector/floor {measured['vector_over_floor']['atoms']['p50']}x; gold {measured['gold_atoms']}",
+              file=sys.stderr)
     plot(results, args.out.with_suffix(".png"))
 
 

@@ -120,7 +120,9 @@ class Memory:
         self.term_counts = TermCounts(growth=settings.term_counts_growth)
         self.keywords = KeywordCopies(
             keyword_copy_min=settings.keyword_copy_min, keyword_copy_mb=settings.keyword_copy_mb,
-            shared=settings.keyword_copy_shared, atom_columns=settings.atom_columns, turn_columns=settings.turn_columns)
+            shared=settings.keyword_copy_shared, atom_columns=settings.atom_columns, turn_columns=settings.turn_columns,
+            background_rows=settings.keyword_copy_background,  # a second connection needs a file on disk
+            opener=functools.partial(connection.connect, path, read_only=True) if self.copy_files else None)
 
     # ------------------------------------------------------------ models
 
@@ -358,6 +360,7 @@ class Memory:
     # ------------------------------------------------------------ lifetime
 
     def close(self) -> None:
+        self.keywords.close()  # stops a keyword copy being built in the background
         with self.lock:
             self.closed = True
             self.conn.close()
@@ -368,15 +371,13 @@ class Memory:
                              "on a read-only disk); nothing was written")
 
     def _check_open(self) -> None:
-        # Without this a closed Memory's search() logged "connection has been closed" and
-        # returned [], which an agent reads as "nothing remembered".
+        # A closed Memory's search() logged an error and returned [], read as "nothing remembered".
         if self.closed:
             raise MemdbError(f"this Memory ({self.path!r}) is closed; open the file again with memdb.open()")
 
     def _who(self, user: Any) -> str:
         """The user a call is for: the one given, else the one the Memory is bound to."""
-        if user is None:
-            user = self.user
+        user = self.user if user is None else user
         if user is None:
             raise InvalidInput("user= is required: name the user whose rows these are "
                                "(or bind the Memory to one with memdb.open(path, user=...))")

@@ -9,6 +9,7 @@ Search never raises for a failing index unless strict: without vectors it search
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from .db.rows import Hit
 from .errors import InvalidInput, SearchError
 from .layers import search as scenario_search
 from .search import context as contexts
-from .search.fusion import LAYERS, search as fused_search
+from .search.fusion import LAYERS, Engine, Query, search as fused_search
 from .settings import FUSIONS
 
 if TYPE_CHECKING:  # for the annotations only: memory.py imports this module
@@ -49,21 +50,31 @@ def search(mem: Memory, query: str, *, user: str, k: int, layer: Layer, session:
         with mem.lock:
             return scenario_search.search(mem.conn, atom_hits, mem.settings, k)
     qvec = query_vector(mem, query, user, session)
-    args = dict(user=user, k=k, layer=layer, settings=mem.settings, fusion=fusion, alpha=alpha,
-                include_superseded=include_superseded, copies=mem.copies, term_counts=mem.term_counts,
-                keywords=mem.keywords, cosine_baseline=mem.embedding.query_baseline(qvec, mem.settings))
+    asked = Query(query, user=user, k=k, layer=layer, vector=qvec, fusion=fusion, alpha=alpha,
+                  include_superseded=include_superseded,
+                  cosine_baseline=mem.embedding.query_baseline(qvec, mem.settings))
+    engine = Engine(mem.settings, copies=mem.copies, term_counts=mem.term_counts, keywords=mem.keywords)
+    try:
+        return _fused(mem, asked, engine, strict)
+    finally:
+        with mem.lock:  # keyword copies this search asked for, built in the background from now
+            mem.keywords.start_builds()
+
+
+def _fused(mem: Memory, asked: Query, engine: Engine, strict: bool) -> list[Hit]:
+    """The fused search, else by keywords alone if the vector side fails, else [] (strict: raise)."""
     with mem.lock:
         try:
-            return fused_search(mem.conn, query, query_vector=qvec, **args)
+            return fused_search(mem.conn, asked, engine)
         except apsw.Error as exc:
             if strict:
                 raise SearchError(f"search failed: {exc}") from exc
-            if qvec is None:
+            if asked.vector is None:
                 log.error("memdb: search failed, returning nothing: %s", exc)
                 return []
             log.warning("memdb: vector search failed, using keywords only: %s", exc)
         try:
-            return fused_search(mem.conn, query, query_vector=None, **args)
+            return fused_search(mem.conn, dataclasses.replace(asked, vector=None), engine)
         except apsw.Error as exc:
             log.error("memdb: keyword search failed too, returning nothing: %s", exc)
             return []

@@ -157,12 +157,18 @@ class Settings:
     # postings of the rarest query terms (0: all terms; bench/results/scale_postings.json has
     # the cost and recall of each budget at 100k atoms); term counts are kept until the table
     # grows by term_counts_growth. Users with at least vector_copy_min vectors in a layer have
-    # them ranked in memory, loaded on their first search, up to
-    # vector_copy_mb in all (0 disables it).
+    # them ranked in memory, loaded on their first search, up to vector_copy_mb in all (0
+    # disables it). 200: vec0's KNN over a partition of a few hundred vectors costs more than a
+    # copy's product (bench/results/scale_i29.json, 1,000 users x 1k atoms).
     keyword_postings: int = 20_000
     term_counts_growth: float = 1.1
-    vector_copy_min: int = 500
+    vector_copy_min: int = 200
     vector_copy_mb: float = 1024.0
+    # A search ranks a large copy (10k+ vectors) by 1-bit codes of its vectors first (32x less
+    # to read than float32) and the vector_rescore x pool nearest by their exact cosines (at
+    # least 1,024); 0 ranks every vector exactly (the recall against exact: bench/results/
+    # scale_i29.json). Deduplication always ranks exactly.
+    vector_rescore: int = 20
     # With vector_copy_files, a user's copy of at least vector_copy_file_min vectors is also
     # written once to a file beside the database (<file>-memdb-copies/, index/copyfiles.py) and
     # memory-mapped by later opens, so the first search of a process does not read the vectors
@@ -178,13 +184,18 @@ class Settings:
     # on their first search and scored there by bm25 over every query term, with their own
     # statistics (index/keywords.py; bench/results/scale.json: 100k atoms at full-bm25 recall),
     # up to keyword_copy_mb in all (0 disables it: FTS5 answers, pruned by keyword_postings).
-    # In a file of several users the copy would score with the user's own statistics, not
-    # the file's as FTS5 does: faster but, on synthetic gold, a lower hit@10
-    # (bench/results/scale_keywords.json); off until per-user
-    # statistics are decided for FTS5 too.
-    keyword_copy_min: int = 500
+    # In a file of several users the copy scores with the user's own statistics, as a file of
+    # their own would, where FTS5 uses the whole file's and reads every user's postings of each
+    # query term to count them (speed and recall: bench/results/scale_i29.json); False leaves
+    # files of several users to FTS5. Users under keyword_copy_min rows are FTS5's either way:
+    # statistics over a handful of rows say little about which words are rare.
+    # A user's copy of at least keyword_copy_background rows is built by a thread with a
+    # connection of its own (tokenizing a million atoms takes most of a minute), FTS5 answering until it is ready,
+    # so the first search of a large user does not wait for it (0: the search builds it).
+    keyword_copy_min: int = 200
     keyword_copy_mb: float = 1024.0
-    keyword_copy_shared: bool = False
+    keyword_copy_shared: bool = True
+    keyword_copy_background: int = 50_000
 
     # L2 scenarios (layers/scenarios.py). An absorbed atom joins the scenario it scores best
     # with, if that score reaches scenario_join, else it seeds a new one. The score adds:
@@ -254,7 +265,8 @@ class Settings:
         for name in ("extract_batch", "dedup_candidates", "rrf_k", "candidate_pool", "pool_per_hit"):
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",
-                     "common_term_rows", "vector_backfill", "keyword_copy_min", "vector_copy_file_min"):
+                     "common_term_rows", "vector_backfill", "keyword_copy_min", "vector_copy_file_min",
+                     "vector_rescore", "keyword_copy_background"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         _check(_is_number(self.alpha_cjk, 0, 1), "alpha_cjk", "a number from 0 to 1")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",

@@ -506,7 +506,7 @@ def test_a_huge_query_is_searched_by_its_opening(mem, monkeypatch, caplog):
     mem.add([{"content": "The tram to Belem leaves at nine."}], user="ana")
     seen = []
     real = recall.fused_search
-    monkeypatch.setattr(recall, "fused_search", lambda conn, query, **kw: seen.append(len(query)) or real(conn, query, **kw))
+    monkeypatch.setattr(recall, "fused_search", lambda conn, query, engine: seen.append(len(query.text)) or real(conn, query, engine))
     with caplog.at_level(logging.WARNING, logger="memdb"):
         hits = mem.search("tram Belem " + "filler words " * 800_000, user="ana")
     assert ["The tram to Belem leaves at nine."] == [h.text for h in hits]

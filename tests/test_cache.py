@@ -66,9 +66,10 @@ def test_search_with_the_copy_returns_what_search_without_it_returns(copied):
     for query in ("which database", "science fiction", "咖啡", "auth module", "shipped"):
         vector = recall.query_vector(copied, query, "alice", None)
         for layer in search_fusion.LAYERS:
-            args = dict(user="alice", k=10, layer=layer, settings=copied.settings, query_vector=vector)
-            with_copy = search_fusion.search(copied.conn, query, copies=copied.copies, term_counts=copied.term_counts, **args)
-            without = search_fusion.search(copied.conn, query, **args)
+            asked = search_fusion.Query(query, user="alice", k=10, layer=layer, vector=vector)
+            with_copy = search_fusion.search(copied.conn, asked, search_fusion.Engine(
+                copied.settings, copies=copied.copies, term_counts=copied.term_counts))
+            without = search_fusion.search(copied.conn, asked, search_fusion.Engine(copied.settings))
             assert [(h.layer, h.id) for h in without] == [(h.layer, h.id) for h in with_copy]
     assert {("atoms", "alice"), ("turns", "alice")} == set(copied.copies.copies)
     assert len(turns) == copied.copies.copies[("turns", "alice")].n
@@ -219,11 +220,11 @@ def test_terms_are_counted_only_as_far_as_the_budget(copied):
 def test_a_term_counted_before_it_was_said_is_still_searched(copied):
     copied.add([{"content": f"coffee number {i}"} for i in range(30)], user="alice")
     settings = memdb.Settings(vector_copy_min=1, keyword_postings=5)
-    assert [] == search_fusion.search(copied.conn, "biscuit coffee", user="alice", k=5, layer="turns",
-                               settings=settings, query_vector=None, copies=copied.copies, term_counts=copied.term_counts)
+    asked = search_fusion.Query("biscuit coffee", user="alice", k=5, layer="turns")
+    engine = search_fusion.Engine(settings, copies=copied.copies, term_counts=copied.term_counts)
+    assert [] == search_fusion.search(copied.conn, asked, engine)
     [turn] = copied.add([{"content": "We adopted a dog named Biscuit"}], user="alice")
-    hits = search_fusion.search(copied.conn, "biscuit coffee", user="alice", k=5, layer="turns",
-                         settings=settings, query_vector=None, copies=copied.copies, term_counts=copied.term_counts)
+    hits = search_fusion.search(copied.conn, asked, engine)
     assert [turn] == [h.id for h in hits]
 
 
@@ -262,3 +263,72 @@ def test_expected_vectors_rank_as_each_would_alone(copied):
     unexpected = unit(rng, 1)[0]
     assert [i for i, _ in knn(copied, unexpected, 8)] == \
         [i for i, _ in copied.copies.top_k(copied.conn, "atoms", "alice", unexpected, 8)]
+
+
+# ---------------------------------------------------------------- 1-bit codes and the shortlist
+
+
+def test_codes_count_the_bits_that_differ_from_the_center():
+    rng = np.random.default_rng(4)
+    vectors = rng.standard_normal((50, 100)).astype(np.float32)  # 100 dims: two 64-bit words, the last padded
+    center = rng.standard_normal(100).astype(np.float32) * 0.1
+    codes = vecmath.sign_codes(vectors, center)
+    assert (2, 50) == codes.shape
+    expected = ((vectors > center) != (vectors[7] > center)).sum(axis=1)
+    assert expected.tolist() == vecmath.hamming(codes, vecmath.sign_codes(vectors[7], center)).tolist()
+    words = codes[0] ^ codes[0, 7]
+    assert [bin(int(w)).count("1") for w in words] == vecmath._count_bits(words).tolist()  # the numpy < 2 path
+
+
+def clustered(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
+    """Unit vectors around a few hundred centers, all leaning one way (as e5's do)."""
+    centers = rng.standard_normal((300, dim)).astype(np.float32)
+    v = centers[rng.integers(0, 300, n)] + 0.6 * rng.standard_normal((n, dim)).astype(np.float32) + 2.0
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def a_copy(vectors: np.ndarray) -> copies.VectorCopy:
+    copy = copies.VectorCopy.empty(vectors.shape[1])
+    copy.append(np.arange(1, len(vectors) + 1, dtype=np.int64), vectors)
+    return copy
+
+
+def test_a_large_copy_ranks_its_shortlist_by_exact_cosines():
+    rng = np.random.default_rng(5)
+    vectors = clustered(rng, 12_000)
+    copy = a_copy(vectors)
+    found = 0
+    for row in rng.integers(0, len(vectors), 20):
+        query = vectors[row] + 0.3 * unit(rng, 1)[0]
+        query /= np.linalg.norm(query)
+        shortlist = copy.shortlist(query, copies.MIN_SHORTLIST, None)
+        by_cosine = shortlist[np.argsort(-(vectors[shortlist] @ query), kind="stable")][:10]
+        hits = copy.top_k(query, 10, None, rescore=20)
+        assert [int(i) + 1 for i in by_cosine] == [i for i, _ in hits]  # ids are rows + 1
+        assert np.allclose([float(vectors[i - 1] @ query) for i, _ in hits], [s for _, s in hits])
+        exact = copy.top_k(query, 10, None)
+        found += len({i for i, _ in exact} & {i for i, _ in hits})
+    assert found >= 0.95 * 200  # the shortlist of 1,024 holds nearly all of the exact top 10
+
+
+def test_the_shortlist_leaves_out_inactive_rows_and_codes_rows_appended_later():
+    rng = np.random.default_rng(6)
+    vectors = clustered(rng, 10_000)
+    copy = a_copy(vectors)
+    active = np.ones(len(vectors), bool)
+    active[:5000] = False
+    hits = copy.top_k(vectors[10], 20, active, rescore=20)
+    assert all(i > 5000 for i, _ in hits)
+    assert 1 + 10 != hits[0][0]
+    later = clustered(rng, 1)
+    copy.append(np.array([20_000]), later)  # after the codes were made
+    assert (20_000, pytest.approx(1.0, abs=1e-5)) == copy.top_k(later[0], 5, None, rescore=20)[0]
+
+
+def test_a_small_copy_is_ranked_exactly_whatever_the_rescore():
+    rng = np.random.default_rng(7)
+    vectors = clustered(rng, 2000)
+    copy = a_copy(vectors)
+    query = unit(rng, 1)[0]
+    assert copy.top_k(query, 60, None) == copy.top_k(query, 60, None, rescore=20)
+    assert copy.codes is None  # never coded: too small for a shortlist to pay

@@ -75,13 +75,14 @@ def test_a_sole_users_copy_ranks_like_fts5(copied):
     assert {("atoms", "alice"), ("turns", "alice")} == set(copied.keywords.copies)
 
 
-def test_in_a_shared_file_copies_serve_only_when_asked_with_the_users_own_statistics(copied, db_path, tmp_path,
-                                                                                      embedder):
+def test_in_a_shared_file_copies_rank_with_the_users_own_statistics_unless_told_not_to(copied, db_path, tmp_path,
+                                                                                        embedder):
     say(copied, 60, seed=1)
     say(copied, 200, user="bob", seed=2)  # many more rows: other counts, other lengths
-    assert None is by_copy(copied, "atoms", "alice", "coffee")  # FTS5 answers, with the file's statistics
-    settings = memdb.Settings(keyword_copy_min=1, keyword_copy_shared=True)
-    with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as shared, \
+    not_shared = memdb.Settings(keyword_copy_min=1, keyword_copy_shared=False)
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=not_shared) as fts_only:
+        assert None is by_copy(fts_only, "atoms", "alice", "coffee")  # FTS5 answers, with the file's statistics
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=copied.settings) as shared, \
             memdb.open(tmp_path / "alone.db", embedder=embedder, extract="defer") as alone:
         say(alone, 60, seed=1)
         for layer in ("atoms", "turns"):
@@ -146,9 +147,9 @@ def test_search_with_keyword_copies_returns_what_full_bm25_returns(copied):
     for query in QUERIES:
         vector = recall.query_vector(copied, query, "alice", None)
         for layer in search_fusion.LAYERS:
-            args = dict(user="alice", k=10, layer=layer, query_vector=vector)
-            with_copy = search_fusion.search(copied.conn, query, settings=copied.settings, keywords=copied.keywords, **args)
-            without = search_fusion.search(copied.conn, query, settings=plain, **args)
+            asked = search_fusion.Query(query, user="alice", k=10, layer=layer, vector=vector)
+            with_copy = search_fusion.search(copied.conn, asked, search_fusion.Engine(copied.settings, keywords=copied.keywords))
+            without = search_fusion.search(copied.conn, asked, search_fusion.Engine(plain))
             assert [round(h.score, 9) for h in without] == [round(h.score, 9) for h in with_copy]
 
 
@@ -169,3 +170,50 @@ def test_a_copy_of_mostly_rewritten_rows_is_read_afresh(copied):
             absorb.merge(copied.conn, atom_id, confidence=0.8, turn_ids=[turn], ts="2026-01-02T00:00:00")
     assert_same_ranking(by_fts(copied, "atoms", "alice", "coffee"), by_copy(copied, "atoms", "alice", "coffee"))
     assert 12 == len(copied.keywords.copies[("atoms", "alice")].ids)
+
+
+def test_a_copy_leaves_out_the_terms_fts_counts_as_common(copied):
+    say(copied, 30)
+    copied.add([{"content": f"coffee again, cup {i}"} for i in range(40)], user="alice")
+    common = (copied.settings.common_term_share, copied.settings.common_term_rows)
+    for query in ("coffee hiking", "coffee", "tea coffee Berlin"):
+        terms = fts.distinctive_terms(copied.conn, "turns", "alice", query, common=common)
+        assert "coffee" not in terms
+        expected = copied.keywords.top_k(copied.conn, "turns", "alice", terms, 1000)
+        actual = copied.keywords.top_k(copied.conn, "turns", "alice", fts.query_terms(query), 1000, common=common)
+        assert expected == actual
+
+
+def test_a_large_users_copy_is_built_in_the_background_and_brought_up_to_date(db_path, embedder):
+    settings = memdb.Settings(keyword_copy_min=1, keyword_copy_background=50)
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as mem:
+        say(mem, 80)
+        assert None is by_copy(mem, "turns", "alice", "coffee")  # FTS5 answers while it is built
+        assert None is by_copy(mem, "atoms", "alice", "coffee")  # built beside it, from the same vocabulary
+        mem.keywords.wait()
+        gone, *_ = mem.add([{"content": "coffee with Dave at noon"}], user="alice")  # after the build,
+        mem.forget(user="alice", turn_id=gone)  # ... and gone again before the copy was adopted
+        say(mem, 5, seed=4)
+        for query in QUERIES:
+            assert_same_ranking(by_fts(mem, "turns", "alice", query), by_copy(mem, "turns", "alice", query))
+        assert gone not in {i for i, _ in by_copy(mem, "turns", "alice", "coffee Dave noon")}
+        for query in QUERIES:  # adopted after the turns' copy added its words: renumbered
+            assert_same_ranking(by_fts(mem, "atoms", "alice", query), by_copy(mem, "atoms", "alice", query))
+        assert {("turns", "alice"), ("atoms", "alice")} == set(mem.keywords.copies)
+
+
+def test_a_small_users_copy_is_built_by_the_search_itself(copied):
+    say(copied, 30)
+    assert by_copy(copied, "turns", "alice", "coffee") is not None
+    assert {} == copied.keywords.building
+
+
+def test_search_starts_the_build_it_asked_for_once_it_is_done(db_path, embedder):
+    settings = memdb.Settings(keyword_copy_min=1, keyword_copy_background=50)
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as mem:
+        say(mem, 80)
+        expected = [h.id for h in mem.search("coffee hiking", user="alice", layer="turns")]  # FTS5's
+        assert all(thread.ident is not None for thread in list(mem.keywords.building.values()))
+        mem.keywords.wait()
+        assert expected == [h.id for h in mem.search("coffee hiking", user="alice", layer="turns")]
+        assert ("turns", "alice") in mem.keywords.copies

@@ -349,8 +349,8 @@ def test_a_query_naming_a_day_finds_what_was_said_that_day(db_path):
                         {"content": "今天去爬山了，风景很好。", "ts": "2026-10-04T10:00:00"},
                         {"content": "我们聊了音乐。", "ts": "2026-10-05T10:00:00"}], user="u", session="s")
         assert said[1] == mem.search("在10月4日我们聊了什么？", user="u", layer="turns")[0].id
-        off = search_fusion.search(mem.conn, "在10月4日我们聊了什么？", user="u", k=5, layer="turns",
-                                   settings=Settings(date_weight=0), query_vector=None)
+        off = search_fusion.search(mem.conn, search_fusion.Query("在10月4日我们聊了什么？", user="u", k=5, layer="turns"),
+                                   search_fusion.Engine(Settings(date_weight=0)))
         assert said[1] not in [h.id for h in off]
 
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from .. import codec
 from ..db import connection
-from ..vecmath import unit
+from ..vecmath import hamming, sign_codes, unit
 from . import copyfiles
 
 log = logging.getLogger("memdb")
@@ -57,6 +57,12 @@ BATCH_MARGIN = 4
 # the whole matrix while the old one is still held (doubling a 100k-atom copy on its first new
 # row took a process to 380 MB; bench/results/write_path.json).
 SPARE = 8
+# A ranking with rescore reads the 1-bit codes of every row (32x less than their float32
+# vectors) and the exact vectors of a shortlist of rescore x k rows, at least MIN_SHORTLIST;
+# below SHORTLIST_SHARE x the shortlist's size a part is ranked by every vector instead (it is
+# then a few MB, which is as fast to read).
+MIN_SHORTLIST = 1024
+SHORTLIST_SHARE = 8
 
 
 def stamp(conn: apsw.Connection) -> tuple[int, int]:
@@ -99,6 +105,9 @@ class VectorCopy:
     epoch: str | None = None
     stamp: tuple[int, int] = (0, 0)
     base: VectorCopy | None = None  # the rows mapped from the copy's file, never appended to
+    codes: np.ndarray | None = None  # uint64 1-bit codes of the first `coded` rows (vecmath.sign_codes)
+    coded: int = 0
+    center: np.ndarray | None = None  # what the codes' bits are taken against: the rows' mean when first coded
 
     @classmethod
     def empty(cls, dim: int, capacity: int = 0, **fields: Any) -> VectorCopy:
@@ -107,7 +116,7 @@ class VectorCopy:
     @property
     def nbytes(self) -> int:
         """The memory it holds (a mapped base is the page cache's)."""
-        return self.matrix.nbytes + self.ids.nbytes
+        return self.matrix.nbytes + self.ids.nbytes + (self.codes.nbytes if self.codes is not None else 0)
 
     @property
     def last_id(self) -> int:
@@ -144,15 +153,22 @@ class VectorCopy:
         return active
 
     def top_k(self, query: np.ndarray, k: int, active: np.ndarray | None,
-              among: np.ndarray | None = None) -> list[tuple[int, float]]:
+              among: np.ndarray | None = None, rescore: int = 0) -> list[tuple[int, float]]:
         """(id, cosine) of the k nearest vectors (only active ones, given flags), best first.
         among: row indices known to hold the k nearest active rows (a batch ranking's), scored
-        again alone, so the cosines are those of ranking every row."""
+        again alone, so the cosines are those of ranking every row. rescore: rank only the
+        shortlist of rescore x k rows nearest by 1-bit code (at least MIN_SHORTLIST), by their
+        exact cosines, when the part holds many times more rows than that; 0: every row."""
+        shortlisted = False
+        size = max(rescore * k, MIN_SHORTLIST)
+        if among is None and rescore and self.n >= SHORTLIST_SHARE * size:
+            among, shortlisted = self.shortlist(query, size, active), True
+            active = None  # the shortlist holds active rows only
         if among is not None:
             among = np.sort(among if active is None else among[active[among]])
-            if len(among) >= k:
+            if len(among) >= k or shortlisted:
                 scores = np.asarray(self.matrix[among]) @ query
-                top = np.argsort(-scores, kind="stable")[:k]
+                top = np.argsort(-scores, kind="stable")[:k]  # ties by row, as a full ranking breaks them
                 return [(int(self.ids[among[i]]), float(scores[i])) for i in top]
         scores = np.asarray(self.matrix[: self.n]) @ query
         if active is not None:
@@ -160,6 +176,30 @@ class VectorCopy:
         top = np.argpartition(-scores, k)[:k] if k < self.n else np.arange(self.n)
         top = top[np.argsort(-scores[top], kind="stable")]
         return [(int(self.ids[i]), float(scores[i])) for i in top if scores[i] != -np.inf]
+
+    def shortlist(self, query: np.ndarray, size: int, active: np.ndarray | None) -> np.ndarray:
+        """Row indices of the size rows (active ones, given flags) whose 1-bit codes are nearest
+        to the query's: where the k nearest by cosine almost always are, for size >> k."""
+        codes = self._codes()
+        distance = hamming(codes[:, : self.n], sign_codes(query, self.center))
+        if active is not None:
+            distance[~active[: self.n]] = np.iinfo(distance.dtype).max
+        rows = np.argpartition(distance, size)[:size]
+        return rows if active is None else rows[active[rows]]
+
+    def _codes(self) -> np.ndarray:
+        """The codes of every row, coding the rows appended since the last call."""
+        if self.center is None:
+            self.center = np.asarray(self.matrix[: self.n], np.float32).mean(axis=0)
+        if self.codes is None or self.codes.shape[1] < self.n:  # as much room as the vectors have
+            codes = np.empty((-(-self.matrix.shape[1] // 64), len(self.ids)), np.uint64)
+            codes[:, : self.coded] = self.codes[:, : self.coded] if self.codes is not None else 0
+            self.codes = codes
+        for lo in range(self.coded, self.n, READ_ROWS * 16):  # bounded: a mapped base is read once
+            hi = min(self.n, lo + READ_ROWS * 16)
+            self.codes[:, lo:hi] = sign_codes(self.matrix[lo:hi], self.center)
+        self.coded = self.n
+        return self.codes
 
 
 def _grown(array: np.ndarray, capacity: int) -> np.ndarray:
@@ -197,9 +237,10 @@ class VectorCopies(Held):
         self.batches = {}
 
     def top_k(self, conn: apsw.Connection, layer: str, user: str, query: np.ndarray, k: int,
-              *, active_only: bool = True) -> list[tuple[int, float]] | None:
+              *, active_only: bool = True, rescore: int = 0) -> list[tuple[int, float]] | None:
         """The k nearest of user's vectors in layer as (id, cosine), or None when vec0 should
-        answer instead (a small user, a copy too big for the budget)."""
+        answer instead (a small user, a copy too big for the budget). rescore: rank a large
+        part by its 1-bit codes first (VectorCopy.top_k); 0: exactly."""
         parts = self._parts(conn, layer, user)
         if parts is None:
             return None
@@ -214,7 +255,8 @@ class VectorCopies(Held):
         query = unit(query)
         with self.blas_limit():
             ranked = [hit for part, active in parts for hit in part.top_k(
-                query, k, active if active_only else None, among=self._batch_rows(part, k, batched))]
+                query, k, active if active_only else None, among=self._batch_rows(part, k, batched),
+                rescore=rescore)]
         return sorted(ranked, key=lambda hit: -hit[1])[:k] if len(parts) > 1 else ranked
 
     def _batch_rows(self, part: VectorCopy, k: int, batched: int | None) -> np.ndarray | None:

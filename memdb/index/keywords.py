@@ -22,12 +22,21 @@ rewrites the source words of the atoms it fed, forces a reload of the atoms' cop
 changed rows are tokenized into a tail that is folded into the sorted postings once it grows;
 removed and rewritten rows are dropped by a live flag. Inside a transaction FTS5 answers
 (None), as it sees the uncommitted rows.
+
+A copy of a user with at least `background_rows` rows (tokenizing 1M atoms takes ~45 s) is built
+by a thread on a connection of its own, given an opener; FTS5 answers until it is ready. The
+search that finds it ready adopts it (its term ids made this instance's) and brings it up to
+date like any copy whose stamp moved: rows written, merged or forgotten meanwhile are read again
+or dropped, so nothing forgotten survives in it.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import math
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +47,8 @@ from .. import text
 from ..db.rows import EACH, json_array
 from . import fts
 from .copies import Held
+
+log = logging.getLogger("memdb")
 
 K1, B = 1.2, 0.75  # FTS5's bm25 constants (fts5_aux.c)
 # Per layer: the FTS table, the rows' table, and what moves when a row's FTS text is rewritten.
@@ -134,6 +145,14 @@ class KeywordCopy:
             self._norm = (live, K1 * (1 - B + B * self.lengths / average))
         return self._norm
 
+    def common(self, terms: list[int | None], share: float, least_rows: int) -> set[int]:
+        """The terms held by more than share of the live rows, once there are least_rows of them
+        (fts.common_terms' rule, without a count query per term)."""
+        live, _ = self._statistics()
+        if share >= 1 or live < least_rows:
+            return set()
+        return {t for t in terms if t is not None and len(self.postings(t)[0]) > int(share * live)}
+
     def top_k(self, terms: list[int | None], k: int) -> list[tuple[int, float]]:
         """(id, bm25) of the k best-scoring live rows holding any term, best first; ties by id.
         A term is counted as often as it is given, as FTS5 scores each phrase of an OR."""
@@ -176,45 +195,73 @@ class KeywordCopies(Held):
     thread-safe: Memory holds its lock around every use, as it does for the connection."""
 
     def __init__(self, *, keyword_copy_min: int, keyword_copy_mb: float,
-                 atom_columns: tuple[float, ...], turn_columns: tuple[float, ...], shared: bool = False) -> None:
+                 atom_columns: tuple[float, ...], turn_columns: tuple[float, ...], shared: bool = False,
+                 background_rows: int = 0, opener: Callable[[], apsw.Connection] | None = None) -> None:
         super().__init__()
         self.keyword_copy_min = keyword_copy_min
         self.shared = shared
+        self.keyword_copy_mb = keyword_copy_mb
         self.keyword_copy_bytes = int(keyword_copy_mb * 2**20)
         self.weights = {"atoms": np.array(atom_columns), "turns": np.array(turn_columns)}
         self.vocabulary: dict[str, int] = {}
         self._tokenizer: Any = None
+        self.background_rows = background_rows if opener is not None else 0
+        self.opener = opener  # a new connection to the same file, for building in the background
+        self.building: dict[tuple[str, str], threading.Thread] = {}
+        # Built in the background, not yet adopted: the copy (None: none could be made) and the
+        # vocabulary its term ids are of.
+        self.ready: dict[tuple[str, str], tuple[KeywordCopy | None, dict[str, int]]] = {}
+        self.stopping = threading.Event()
 
     def top_k(self, conn: apsw.Connection, layer: str, user: str, terms: list[str],
-              k: int) -> list[tuple[int, float]] | None:
+              k: int, *, common: tuple[float, int] | None = None) -> list[tuple[int, float]] | None:
         """(id, bm25) of the user's k best rows in layer for the query terms (as fts.query_terms
         gives them), or None when FTS5 should answer (a small user, a copy over budget, inside
         a transaction, a term that FTS5 would read as a phrase of several tokens, another user
-        in the file unless shared)."""
+        in the file unless shared). common = (share, least_rows): terms in more than share of
+        the user's rows are left out, as fts.common_terms leaves them, counted in the copy."""
         if not self.keyword_copy_bytes or not conn.getautocommit():
             return None
         if not self.shared and not fts.sole_user(conn, layer, user):
             self.copies.pop((layer, user), None)  # others came, or the user was forgotten
             return None
-        if self._tokenizer is None:  # the tokenizer schema.sql declares for both FTS tables
-            self._tokenizer = conn.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
+        self._load_tokenizer(conn)
         tokens = [self._tokenizer(text.quote(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None,
                                   include_offsets=False, include_colocated=False) for term in terms]
         if any(len(t) > 1 for t in tokens):
             return None  # a phrase: FTS5 checks positions, which a copy does not keep
         copy = self._current(conn, layer, user)  # first: it may bring the terms' ids
-        return None if copy is None else copy.top_k([self.vocabulary.get(t[0]) for t in tokens if t], k)
+        if copy is None:
+            return None
+        ids = [self.vocabulary.get(t[0]) for t in tokens if t]
+        skip = copy.common(ids, *common) if common is not None else set()
+        return copy.top_k([t for t in ids if t not in skip], k)
+
+    def _load_tokenizer(self, conn: apsw.Connection) -> None:
+        if self._tokenizer is None:  # the tokenizer schema.sql declares for both FTS tables
+            self._tokenizer = conn.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
 
     def _current(self, conn: apsw.Connection, layer: str, user: str) -> KeywordCopy | None:
         key = (layer, user)
         copy, now, settled = self._held(conn, key)
         if settled:
             return copy
+        if copy is None and key in self.ready:
+            copy = self._adopt(key)
+            if copy is None:  # none could be made (over budget): FTS5's until the file changes
+                self.small[key] = now
+                return None
+        elif key in self.building:
+            return None
         turns = _turns_held(conn, user)
         if copy is not None and layer == "atoms" and _turn_forgotten(conn, user, copy.turns, turns):
-            del self.copies[key]  # its atoms' source words were re-indexed without the turn
+            self.copies.pop(key, None)  # its atoms' source words were re-indexed without the turn
             copy = None
         _, table, version = LAYERS[layer]
+        if copy is None and self.background_rows and conn.execute(  # counted: reading 1M ids took ~1 s
+                f'select count(*) from "{table}" where "user" = ?', (user,)).fetchone()[0] >= self.background_rows:
+            self._build_in_background(key)
+            return None
         rows = conn.execute(f'select "id", {version} from "{table}" where "user" = ? order by "id"', (user,)).fetchall()
         if len(rows) < self.keyword_copy_min:  # also a user forgotten: their words leave memory
             self.copies.pop(key, None)
@@ -233,6 +280,71 @@ class KeywordCopies(Held):
         self.copies[key] = copy
         self.copies.move_to_end(key)
         return self._evict(key, now)
+
+    def _build_in_background(self, key: tuple[str, str]) -> None:
+        """Start building the copy of key on a connection of its own (self.ready when done)."""
+        start = dict(self.vocabulary)  # the ids this instance has: kept, so adopting needs no re-sort
+
+        def build() -> None:
+            helper = KeywordCopies(keyword_copy_min=self.keyword_copy_min, keyword_copy_mb=self.keyword_copy_mb,
+                                   atom_columns=tuple(self.weights["atoms"]), turn_columns=tuple(self.weights["turns"]),
+                                   shared=self.shared)
+            helper.vocabulary, helper.stopping = start, self.stopping
+            try:
+                conn = self.opener()
+                try:
+                    helper._load_tokenizer(conn)
+                    built = helper._current(conn, *key)
+                finally:
+                    conn.close()
+                self.ready[key] = (built, helper.vocabulary)
+            except Exception as exc:  # stopped, the file gone: FTS5 keeps answering
+                log.debug("memdb: keyword copy of %s not built: %s", key, exc)
+                self.ready[key] = (None, {})
+            finally:
+                self.building.pop(key, None)
+
+        # Started by start_builds, once the search that asked is done: a thread tokenizing holds
+        # the GIL most of the time, and started at once it slowed that search 10-fold (1M atoms).
+        self.building[key] = threading.Thread(target=build, name="memdb-keyword-copy", daemon=True)
+
+    def start_builds(self) -> None:
+        """Start the background builds that searches asked for (Memory.search, after each)."""
+        for thread in list(self.building.values()):
+            if thread.ident is None:
+                thread.start()
+
+    def _adopt(self, key: tuple[str, str]) -> KeywordCopy | None:
+        """The copy built in the background for key, its term ids made this instance's; its
+        stamp is none, so the caller brings it up to date."""
+        copy, vocabulary = self.ready.pop(key)
+        if copy is None:
+            return None
+        words = sorted(vocabulary, key=vocabulary.__getitem__)
+        if words[: len(self.vocabulary)] == list(self.vocabulary):  # the same ids, and more
+            self.vocabulary.update(vocabulary)
+        else:  # another copy added words meanwhile: renumber and sort again
+            mapping = self._term_ids(words).astype(np.int32)
+            for postings in (copy.sorted, copy.tail):
+                postings.terms = mapping[postings.terms]
+            copy.sorted.sort()
+        copy.stamp = (-1, -1)
+        return copy
+
+    def wait(self) -> None:
+        """Until every copy being built in the background is ready (tests, benchmarks)."""
+        self.start_builds()
+        while self.building:
+            for thread in list(self.building.values()):
+                thread.join()
+
+    def close(self) -> None:
+        """Stop building in the background (within one READ_ROWS chunk) and wait for it."""
+        self.stopping.set()
+        for key, thread in list(self.building.items()):
+            if thread.ident is None:  # never started: nothing to stop
+                del self.building[key]
+        self.wait()
 
     def _catch_up(self, conn: apsw.Connection, layer: str, copy: KeywordCopy, rows: list[tuple[int, int]]) -> None:
         """Drop rows gone or rewritten since the copy was made, and read the new versions."""
@@ -262,6 +374,8 @@ class KeywordCopies(Held):
               versions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, Postings]:
         """(ids, versions, lengths, postings) of the rows with these ids, as the FTS table holds
         them; a row without its FTS row is left out (unsearchable, as it is for FTS5)."""
+        if self.stopping.is_set():
+            raise RuntimeError("stopped")  # a background build, asked to stop
         fts_table, _, _ = LAYERS[layer]
         found = conn.execute(f'select "rowid", * from "{fts_table}" where "rowid" in {EACH} '
                              'order by "rowid"', (json_array(ids.tolist()),)).fetchall()

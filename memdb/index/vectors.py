@@ -22,12 +22,15 @@ _VEC0 = {"atoms": ("atoms_vec", "atom_id", " and active = 1"), "turns": ("turns_
 
 
 def nearest(conn: apsw.Connection, layer: str, user: str, vector: np.ndarray, k: int, *,
-            copies: VectorCopies | None = None, active_only: bool = True) -> list[tuple[int, float | None]]:
+            copies: VectorCopies | None = None, active_only: bool = True,
+            rescore: int = 0) -> list[tuple[int, float | None]]:
     """The k nearest of user's vectors in layer ("atoms" | "turns") as (id, cosine), best first;
-    superseded atoms left out unless active_only is False. [] when the file has no vectors."""
+    superseded atoms left out unless active_only is False. [] when the file has no vectors.
+    rescore (Settings.vector_rescore): a large user's copy shortlists by 1-bit codes first."""
     if not connection.has_vectors(conn):
         return []
-    ranked = copies.top_k(conn, layer, user, vector, k, active_only=active_only) if copies is not None else None
+    ranked = copies.top_k(conn, layer, user, vector, k, active_only=active_only, rescore=rescore) \
+        if copies is not None else None
     if ranked is not None:
         return ranked
     table, key, active = _VEC0[layer]

@@ -148,79 +148,103 @@ def _alpha(query: str, settings: Settings) -> float:
     return settings.alpha.get(intent(query), 0.5)
 
 
-def search(
-    conn: apsw.Connection,
-    query: str,
-    *,
-    user: str,
-    k: int,
-    layer: str,
-    settings: Settings,
-    query_vector: np.ndarray | None,
-    fusion: str | None = None,
-    alpha: float | None = None,
-    include_superseded: bool = False,
-    copies: VectorCopies | None = None,
-    term_counts: TermCounts | None = None,
-    keywords: KeywordCopies | None = None,
-    cosine_baseline: float = 0.0,
-) -> list[Hit]:
-    """Fused, evidence-deduplicated hits for one user. Raises apsw.Error if SQL fails.
+@dataclass(frozen=True)
+class Query:
+    """One search call: what is asked, of whom, and how it is to be fused.
 
-    With copies, large users' vectors are ranked in memory; with term counts, common query
-    terms are pruned in single-user files; with keyword copies, large users' postings are
-    scored in memory (index/)."""
-    fusion = fusion or settings.fusion
-    alpha = _alpha(query, settings) if alpha is None else alpha
-    pool = max(settings.candidate_pool, settings.pool_per_hit * k)
-    params: dict = {"user": user, "pool": pool}
+    vector is the query's embedding (None: keywords only); fusion and alpha, when given,
+    override the settings' for this call; cosine_baseline is the cosine of unrelated texts
+    for this query (search/relevance.py), subtracted before the relevance floor."""
+
+    text: str
+    user: str
+    k: int = 10
+    layer: str = "both"
+    vector: np.ndarray | None = None
+    fusion: str | None = None
+    alpha: float | None = None
+    include_superseded: bool = False
+    cosine_baseline: float = 0.0
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What every search on one connection shares: the settings and the connection's in-memory
+    indexes (index/). With copies, large users' vectors are ranked in memory; with term counts,
+    common query terms are pruned in single-user files; with keyword copies, large users'
+    postings are scored in memory. None: SQLite answers that side."""
+
+    settings: Settings
+    copies: VectorCopies | None = None
+    term_counts: TermCounts | None = None
+    keywords: KeywordCopies | None = None
+
+
+def search(conn: apsw.Connection, query: Query, engine: Engine) -> list[Hit]:
+    """Fused, evidence-deduplicated hits for one user. Raises apsw.Error if SQL fails."""
+    settings = engine.settings
+    fusion = query.fusion or settings.fusion
+    pool = max(settings.candidate_pool, settings.pool_per_hit * query.k)
+    params: dict = {"user": query.user, "pool": pool}
     sides = Sides()
-    for name in [n for n in ("atoms", "turns") if layer in (n, "both")]:
+    for name in [n for n in ("atoms", "turns") if query.layer in (n, "both")]:
         side = name[:-1]  # "atom" | "turn"
-        # The terms are chosen once: a keyword copy scores them, else FTS5 matches them.
-        sole = fts.sole_user(conn, name, user)
-        terms = fts.distinctive_terms(conn, name, user, query, common=(settings.common_term_share,
-                                      settings.common_term_rows), term_counts=term_counts if sole else None)
-        ranked = keywords.top_k(conn, name, user, terms, pool) if keywords is not None else None
-        match = None if ranked is not None else fts.match_for_terms(
-            name, user, terms, sole=sole, conn=conn, term_counts=term_counts, postings=settings.keyword_postings)
-        if ranked is not None:
-            params[f"{side}_keyword_hits"] = json.dumps(ranked)
-            setattr(sides, f"{side}_keyword", f"{side}_keyword_hits")
-        elif match is not None:
-            params[f"{side}_match"] = match
-            setattr(sides, f"{side}_keyword", f"{side}_match")
-        if query_vector is not None:
-            near = vectors.nearest(conn, name, user, query_vector, pool, copies=copies,
-                                   active_only=not include_superseded)
+        keyword = _keyword_side(conn, name, query, engine, pool)
+        if keyword is not None:
+            params[keyword[0]] = keyword[1]
+            setattr(sides, f"{side}_keyword", keyword[0])
+        if query.vector is not None:
+            near = vectors.nearest(conn, name, query.user, query.vector, pool, copies=engine.copies,
+                                   active_only=not query.include_superseded, rescore=settings.vector_rescore)
             # The relevance floor: a vector this far from the query is noise, and without the
             # floor search filled k with it ("My sister Dana lives in Lisbon" for "peanut allergy").
-            near = [(i, s) for i, s in _relevance(near, cosine_baseline) if s is None or s >= settings.min_similarity]
+            near = [(i, s) for i, s in _relevance(near, query.cosine_baseline) if s is None or s >= settings.min_similarity]
             params[f"{side}_vector_hits"] = json.dumps(near)
             setattr(sides, f"{side}_vector", f"{side}_vector_hits")
     if not any(vars(sides).values()):
         return []
-    now_ = user_now(conn, user)
+    now_ = user_now(conn, query.user)
     if settings.date_weight and fusion != "rrf":
-        for name, ids in _dated(conn, user, query, now_, layer, pool).items():
+        for name, ids in _dated(conn, query.user, query.text, now_, query.layer, pool).items():
             params[f"{name[:-1]}_day_hits"] = json.dumps([[i, 1.0] for i in ids])
             setattr(sides, f"{name[:-1]}_day", f"{name[:-1]}_day_hits")
     hl = settings.half_life_days
     params.update({
-        "rrf": fusion == "rrf", "rrf_k": settings.rrf_k, "alpha": alpha,
+        "rrf": fusion == "rrf", "rrf_k": settings.rrf_k,
+        "alpha": _alpha(query.text, settings) if query.alpha is None else query.alpha,
         "atom_weight": settings.atom_weight, "skipped_weight": settings.skipped_turn_weight,
         "floor": settings.freshness_floor, "conf_floor": settings.confidence_floor,
         "now": now_, "date_weight": settings.date_weight,
         "hl_fact": hl.get("fact"), "hl_preference": hl.get("preference"),
         "hl_constraint": hl.get("constraint"), "hl_event": hl.get("event"),
     })
-    found = conn.execute(fusion_sql(sides, settings, include_superseded=include_superseded), params).fetchall()
+    found = conn.execute(fusion_sql(sides, settings, include_superseded=query.include_superseded), params).fetchall()
     # The assistant's pleasantries never stand for anything (search/relevance.py).
-    hits = distinct_evidence([h for h in map(rows.hit, found) if not relevance.pleasantry(h.role, h.text)])[:k]
+    hits = distinct_evidence([h for h in map(rows.hit, found) if not relevance.pleasantry(h.role, h.text)])[:query.k]
     for hit in hits:
         if hit.layer == "atom" and hit.status == "conflicting":
             hit.conflicts = rows.conflict_partners(conn, hit.id)
     return hits
+
+
+def _keyword_side(conn: apsw.Connection, layer: str, query: Query, engine: Engine,
+                  pool: int) -> tuple[str, str] | None:
+    """The keyword side of layer as (parameter name, bound value): the user's keyword copy's
+    ranking as JSON (which also leaves out the user's common terms, counted in the copy), else
+    an FTS5 MATCH of the distinctive terms; None when no searchable term is left."""
+    settings, side = engine.settings, layer[:-1]
+    common = (settings.common_term_share, settings.common_term_rows)
+    terms = fts.query_terms(query.text)
+    ranked = None if engine.keywords is None else engine.keywords.top_k(conn, layer, query.user, terms, pool,
+                                                                         common=common)
+    if ranked is not None:
+        return f"{side}_keyword_hits", json.dumps(ranked)
+    sole = fts.sole_user(conn, layer, query.user)
+    terms = fts.distinctive_terms(conn, layer, query.user, query.text, common=common,
+                                  term_counts=engine.term_counts if sole else None)
+    match = fts.match_for_terms(layer, query.user, terms, sole=sole, conn=conn, term_counts=engine.term_counts,
+                                postings=settings.keyword_postings)
+    return None if match is None else (f"{side}_match", match)
 
 
 def query_days(query: str, now: str) -> list[str]:
