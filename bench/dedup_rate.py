@@ -129,7 +129,7 @@ def main() -> None:
             'select group_concat("atom_id") from (select "scenario_id", "atom_id" from "scenario_atoms" '
             'order by "scenario_id", "atom_id") group by "scenario_id"'))
         placed = hashlib.sha1("\n".join(groups).encode()).hexdigest()[:16]
-        from memdb.lifecycle import persona
+        persona = upkept.persona  # memdb.layers.persona since the L2/L3 package, lifecycle's before
 
         card = [r[0] for r in conn.execute('select "atom_id" from "persona" where "user" = ? order by "rank"', (user,))]
         persona.update(conn, user, settings)  # a full ranking, as when due
