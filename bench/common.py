@@ -120,9 +120,12 @@ def load_atoms(mem: memdb.Memory, user: str, path: Path, dia_to_turn: dict[str, 
             turn_ids = [dia_to_turn[d] for d in row["dia_ids"] if d in dia_to_turn]
             if not turn_ids:
                 continue
-            absorb.absorb(mem.conn, user=user, record=record, confidence=row.get("confidence", 0.8),
-                          turn_ids=turn_ids, ts=max(ts_of[t] for t in turn_ids), vector=vector,
-                          settings=mem.settings, multilingual=getattr(mem.embedder, "multilingual", True))
+            absorb.absorb(mem.conn,
+                          absorb.Incoming(user=user, record=record,
+                                          confidence=row.get("confidence", 0.8), turn_ids=turn_ids,
+                                          ts=max(ts_of[t] for t in turn_ids), vector=vector),
+                          absorb.Engine(mem.settings),
+                          multilingual=getattr(mem.embedder, "multilingual", True))
             mem.conn.execute('update "turns" set "state" = 1 where "id" in (%s)' % ",".join("?" * len(turn_ids)), turn_ids)
     return len(rows)
 

@@ -300,11 +300,10 @@ def _one_conversation(sample: dict, atoms: list[dict], vectors: np.ndarray, embe
         for i in sorted(range(len(atoms)), key=lambda i: _when(atoms[i], times)):
             atom = atoms[i]
             with connection.write(mem.conn):
-                action, atom_id = absorb.absorb(
-                    mem.conn, user=user, record=atom["record"], confidence=atom["confidence"],
-                    turn_ids=[turn_of[d] for d in atom["dia_ids"] if d in turn_of], ts=_when(atom, times),
-                    vector=None if keyword_only else vectors[i], settings=settings,
-                    multilingual=MULTILINGUAL)
+                incoming = absorb.Incoming(user=user, record=atom["record"], confidence=atom["confidence"],
+                                           turn_ids=[turn_of[d] for d in atom["dia_ids"] if d in turn_of],
+                                           ts=_when(atom, times), vector=None if keyword_only else vectors[i])
+                action, atom_id = absorb.absorb(mem.conn, incoming, absorb.Engine(settings), multilingual=MULTILINGUAL)
             actions[action] += 1
             vector_of.setdefault(atom_id, vectors[i])
             if action != "new":

@@ -111,8 +111,13 @@ def main() -> None:
         for i in range(start, min(args.atoms, start + every)):
             if args.batch and i % args.batch == 0 and hasattr(copies, "expect"):
                 copies.expect(vectors[i:i + args.batch])
-            decision = absorb.absorb(conn, user=user, record=records[i], confidence=0.8, turn_ids=[turn_id],
-                                     ts=ts, vector=vectors[i], settings=settings, **indexes)
+            if hasattr(absorb, "Incoming"):  # absorb(conn, Incoming, Engine) since issue 27; keywords before
+                decision = absorb.absorb(conn, absorb.Incoming(user=user, record=records[i], confidence=0.8,
+                                                               turn_ids=[turn_id], ts=ts, vector=vectors[i]),
+                                         absorb.Engine(settings, **indexes))
+            else:
+                decision = absorb.absorb(conn, user=user, record=records[i], confidence=0.8, turn_ids=[turn_id],
+                                         ts=ts, vector=vectors[i], settings=settings, **indexes)
             if flow is not None:
                 flow.layers(conn, user=user, atom_id=decision[1], kind=records[i]["kind"], vector=vectors[i], ts=ts,
                             settings=settings, cosine_baseline=0.0, copies=copies)

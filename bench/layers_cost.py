@@ -95,9 +95,12 @@ def replay(source: dict, path: Path, layers: bool) -> dict:
                     old = [int(x) for x in str(sources or "").split(",") if x]
                     user, fields = user_of[old[0]] if old else turns[0][1], codec.unpack(record)
                     vector = np.frombuffer(blob, dtype=np.float32) if blob else None
-                    _, stored = absorb.absorb(mem.conn, user=user, record=fields, confidence=confidence,
-                                              turn_ids=[new_id[o] for o in old], ts=ts, vector=vector,
-                                              settings=settings, multilingual=True)
+                    _, stored = absorb.absorb(mem.conn,
+                                              absorb.Incoming(user=user, record=fields,
+                                                              confidence=confidence, turn_ids=[new_id[o] for o in old],
+                                                              ts=ts, vector=vector),
+                                              absorb.Engine(settings),
+                                              multilingual=True)
                     flow.layers(mem.conn, user=user, atom_id=stored, kind=fields["kind"], vector=vector, ts=ts,
                                 settings=settings, cosine_baseline=embedder.cosine_baseline)
             spent += time.perf_counter() - start

@@ -444,9 +444,11 @@ def insert_rates(conn, user: str, settings: Settings, n_plain: int, n_absorb: in
                         db_rows.insert_atom(conn, user=user, record=record, confidence=0.8, turn_ids=[turn_id],
                                             first_seen=ts, last_seen=ts, vector=vector)
                     else:
-                        action, atom_id = absorb.absorb(conn, user=user, record=record, confidence=0.8,
-                                                        turn_ids=[turn_id], ts=ts, vector=vector, settings=settings,
-                                                        **indexes)
+                        action, atom_id = absorb.absorb(conn,
+                                                        absorb.Incoming(user=user, record=record,
+                                                                        confidence=0.8, turn_ids=[turn_id],
+                                                                        ts=ts, vector=vector),
+                                                        absorb.Engine(settings, **indexes))
                         actions[action] = actions.get(action, 0) + 1
                         decisions[name].append((action, atom_id))
                 seconds = time.perf_counter() - t0  # before the rollback: commit cost is not in it

@@ -25,6 +25,7 @@ import numpy as np
 from . import codec, privacy
 from .db import connection, rows
 from .index.copies import VectorCopies
+from .index.engine import Engine
 from .ingest import embed_turns, insert_turns
 from .layers import persona, scenarios
 from .settings import Settings
@@ -133,15 +134,17 @@ def absorb(mem: Memory, candidate: Candidate, *, user: str, ts: str,
            vector: np.ndarray | None) -> tuple[str, int | None]:
     """One extracted candidate into the user's atoms, then into the layers: (action, atom id),
     or ("withheld", None) for one that must not become an atom. Call inside connection.write()."""
-    from .lifecycle.absorb import absorb as deduplicate
+    from .lifecycle.absorb import Incoming, absorb as deduplicate
 
     if withheld(mem.conn, candidate):
         return "withheld", None
     if vector is not None and mem.embedding.moved():
         vector = None  # the file moved to another embedder since it was made: the next writer fills it
-    action, atom_id = deduplicate(mem.conn, user=user, record=candidate.record, confidence=candidate.confidence,
-                                  turn_ids=candidate.turn_ids, ts=ts, vector=vector, settings=mem.settings,
-                                  copies=mem.copies, term_counts=mem.term_counts,
+    action, atom_id = deduplicate(mem.conn,
+                                  Incoming(user=user, record=candidate.record,
+                                           confidence=candidate.confidence, turn_ids=candidate.turn_ids,
+                                           ts=ts, vector=vector),
+                                  Engine(mem.settings, copies=mem.copies, term_counts=mem.term_counts),
                                   multilingual=getattr(mem.embedding.embedder, "multilingual", True))
     layers(mem.conn, user=user, atom_id=atom_id, kind=candidate.record["kind"], vector=vector, ts=ts,
            settings=mem.settings, cosine_baseline=mem.embedding.cosine_baseline(), copies=mem.copies)

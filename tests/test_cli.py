@@ -382,9 +382,11 @@ def test_events_since_takes_a_relative_date(tmp_path, capsys):
                                 "ts": f"{day}T18:00:00"}], user="alice")
             record = {"kind": "event", "subject": "Alice", "predicate": "visited", "object": place, "date": day}
             with connection.write(mem.conn):
-                absorb.absorb(mem.conn, user="alice", record=record, confidence=0.9, turn_ids=[turn],
-                              ts=f"{day}T18:00:00", vector=None, settings=mem.settings, copies=mem.copies,
-                              term_counts=mem.term_counts)
+                absorb.absorb(mem.conn,
+                              absorb.Incoming(user="alice", record=record,
+                                              confidence=0.9, turn_ids=[turn],
+                                              ts=f"{day}T18:00:00", vector=None),
+                              absorb.Engine(mem.settings, copies=mem.copies, term_counts=mem.term_counts))
         mem.add([{"role": "user", "content": "note", "ts": "2026-05-10T12:00:00"}], user="alice")
     # "yesterday" from alice's latest turn (2026-05-10), as a query's "yesterday" is
     code, out, _ = run(capsys, "events", db, "-u", "alice", "--since", "yesterday")

@@ -93,8 +93,11 @@ def tell(mem: memdb.Memory, record: dict, ts: str) -> tuple[str, int]:
     (turn_id,) = mem.add([{"role": "user", "name": "Noor", "content": line, "ts": ts}])
     vector = mem.embedder.embed([line])[0]
     with connection.write(mem.conn):
-        return absorb.absorb(mem.conn, user=mem.user, record=record, confidence=0.8, turn_ids=[turn_id], ts=ts,
-                             vector=vector, settings=mem.settings, copies=mem.copies, term_counts=mem.term_counts)
+        return absorb.absorb(mem.conn,
+                             absorb.Incoming(user=mem.user, record=record,
+                                             confidence=0.8, turn_ids=[turn_id],
+                                             ts=ts, vector=vector),
+                             absorb.Engine(mem.settings, copies=mem.copies, term_counts=mem.term_counts))
 
 
 def test_a_superseded_fact_is_never_shown_as_current(tmp_path, embedder):

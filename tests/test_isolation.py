@@ -122,8 +122,11 @@ def test_history_of_another_users_atom_is_not_found(mem):
     (bob_turn,) = mem.add([{"content": "bob keeps a violin"}], user="bob")
     record = codec.validate({"kind": "fact", "subject": "bob", "predicate": "keeps", "object": "a violin"})
     with connection.write(mem.conn):
-        _, atom_id = absorb.absorb(mem.conn, user="bob", record=record, confidence=0.9, turn_ids=[bob_turn],
-                                      ts="2026-03-01T10:00:00", vector=None, settings=mem.settings)
+        _, atom_id = absorb.absorb(mem.conn,
+                                   absorb.Incoming(user="bob", record=record,
+                                                   confidence=0.9, turn_ids=[bob_turn],
+                                                   ts="2026-03-01T10:00:00", vector=None),
+                                   absorb.Engine(mem.settings))
     mem.add([{"content": "alice keeps a violin too"}], user="alice")
     with pytest.raises(memdb.NotFound, match="alice"):
         mem.history(atom_id, user="alice")

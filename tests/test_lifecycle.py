@@ -49,9 +49,11 @@ def tell(mem, record: dict, ts: str, *, confidence: float = 0.8, user: str = "al
     vector = mem.embedder.embed([line])[0] if mem.embedder else None
     mem.copies.sync(mem.conn, "atoms", user)
     with connection.write(mem.conn):
-        return absorb.absorb(mem.conn, user=user, record=record, confidence=confidence,
-                                turn_ids=[turn_id], ts=ts, vector=vector, settings=mem.settings,
-                                copies=mem.copies, term_counts=mem.term_counts)
+        return absorb.absorb(mem.conn,
+                             absorb.Incoming(user=user, record=record,
+                                             confidence=confidence, turn_ids=[turn_id],
+                                             ts=ts, vector=vector),
+                             absorb.Engine(mem.settings, copies=mem.copies, term_counts=mem.term_counts))
 
 
 def row(mem, atom_id: int) -> dict:

@@ -20,8 +20,11 @@ HUGE = 2**64
 def _atom(mem: memdb.Memory, user: str, obj: str, turn_ids: list[int]) -> int:
     record = {"kind": "fact", "subject": user, "predicate": "earns", "object": obj}
     with connection.write(mem.conn):
-        return absorb.absorb(mem.conn, user=user, record=record, confidence=0.9, turn_ids=turn_ids,
-                             ts="2026-05-01T10:00:00", vector=None, settings=mem.settings)[1]
+        return absorb.absorb(mem.conn,
+                             absorb.Incoming(user=user, record=record,
+                                             confidence=0.9, turn_ids=turn_ids,
+                                             ts="2026-05-01T10:00:00", vector=None),
+                             absorb.Engine(mem.settings))[1]
 
 
 # ---------------------------------------------------------------- ids are never reused

@@ -25,8 +25,11 @@ def add_atom(mem, user: str, record: dict, turn_ids: list[int], confidence: floa
     ts = max(t["ts"] for t in mem.turns(turn_ids, user=user))
     vector = mem.embedder.embed([codec.canonical_text(record)])[0] if mem.embedder else None
     with connection.write(mem.conn):
-        return absorb.absorb(mem.conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids,
-                                ts=ts, vector=vector, settings=mem.settings)[1]
+        return absorb.absorb(mem.conn,
+                             absorb.Incoming(user=user, record=record,
+                                             confidence=confidence, turn_ids=turn_ids,
+                                             ts=ts, vector=vector),
+                             absorb.Engine(mem.settings))[1]
 
 
 @pytest.fixture

@@ -267,8 +267,11 @@ def test_an_atoms_fields_are_readable_with_stock_sqlite3(db_path):
         tids = mem.add([{"content": f"turn {i}"} for i in range(len(RECORDS))], user="u")
         with connection.write(mem.conn):
             for tid, record in zip(tids, RECORDS):
-                absorb.absorb(mem.conn, user="u", record=codec.validate(record), confidence=0.9, turn_ids=[tid],
-                              ts="2026-10-01T10:00:00", vector=None, settings=mem.settings)
+                absorb.absorb(mem.conn,
+                              absorb.Incoming(user="u", record=codec.validate(record),
+                                              confidence=0.9, turn_ids=[tid],
+                                              ts="2026-10-01T10:00:00", vector=None),
+                              absorb.Engine(mem.settings))
         stored = {row["id"]: row["record"] for row in mem.export("u") if row["type"] == "atom"}
     assert len(RECORDS) == len(stored)
     with sqlite3.connect(db_path) as plain:  # the standard library's SQLite: no extension, no msgpack
@@ -304,9 +307,11 @@ def test_a_version_4_file_shows_slots_and_its_old_atoms_hold(db_path):
     with memdb.open(db_path, embedder=None, extract="defer") as mem:
         turn = mem.add([{"content": "I live in Gdansk"}], user="ann")[0]
         with connection.write(mem.conn):
-            absorb.absorb(mem.conn, user="ann", record={"kind": "fact", "subject": "ann", "predicate": "lives in",
-                          "object": "Gdansk"}, confidence=0.9, turn_ids=[turn], ts="2026-05-01T10:00:00",
-                          vector=None, settings=mem.settings)
+            absorb.absorb(mem.conn,
+                          absorb.Incoming(user="ann", record={"kind": "fact", "subject": "ann", "predicate": "lives in",
+                                                         "object": "Gdansk"},
+                                          confidence=0.9, turn_ids=[turn], ts="2026-05-01T10:00:00"),
+                          absorb.Engine(mem.settings))
         _drop_slots(mem.conn)
         mem.conn.execute("pragma user_version = 4")
     with memdb.open(db_path, embedder=None, extract="defer") as mem:
@@ -328,9 +333,12 @@ def test_a_version_3_file_gets_the_layers_and_builds_them_from_its_atoms(db_path
         turn = mem.add([{"content": "I am rebuilding the payment module"}], user="ann")[0]
         for predicate, obj in (("works on", "the payment module rebuild"), ("writes", "unit tests of the payment module")):
             with connection.write(mem.conn):
-                absorb.absorb(mem.conn, user="ann", record={"kind": "fact", "subject": "ann", "predicate": predicate,
-                              "object": obj}, confidence=0.9, turn_ids=[turn], ts="2026-05-01T10:00:00",
-                              vector=embedder.embed([obj])[0], settings=mem.settings)
+                absorb.absorb(mem.conn,
+                              absorb.Incoming(user="ann", record={"kind": "fact", "subject": "ann", "predicate": predicate,
+                                                             "object": obj},
+                                              confidence=0.9, turn_ids=[turn], ts="2026-05-01T10:00:00",
+                                              vector=embedder.embed([obj])[0]),
+                              absorb.Engine(mem.settings))
         _drop_slots(mem.conn)
         _drop_layers(mem.conn)
         mem.conn.execute("pragma user_version = 3")

@@ -28,6 +28,7 @@ from .. import codec
 from ..db import rows
 from ..index import fts, vectors
 from ..index.copies import VectorCopies
+from ..index.engine import Engine
 from ..index.fts import TermCounts
 from ..settings import Settings
 from .relation import keyword_similarity, relation
@@ -47,52 +48,47 @@ class Held:
     similarity: float  # semantic similarity to the new atom (vector cosine, or keyword overlap)
 
 
-def absorb(
-    conn: apsw.Connection,
-    *,
-    user: str,
-    record: dict,
-    confidence: float,
-    turn_ids: list[int],
-    ts: str,
-    vector: np.ndarray | None,
-    settings: Settings,
-    copies: VectorCopies | None = None,
-    term_counts: TermCounts | None = None,
-    multilingual: bool = False,
-) -> tuple[str, int]:
-    """Store one extracted atom for user, deduplicated against what the user holds (the layers
-    above the atoms are kept current by the flow after this: flow.layers).
+@dataclass(frozen=True)
+class Incoming:
+    """One extracted atom on its way in: whose it is, the record, how sure the extraction was,
+    the turns it came from, when it was said, and its vector (None: keyword-only)."""
+
+    user: str
+    record: dict
+    confidence: float
+    turn_ids: list[int]
+    ts: str
+    vector: np.ndarray | None = None
+
+
+def absorb(conn: apsw.Connection, atom: Incoming, engine: Engine, *, multilingual: bool = False) -> tuple[str, int]:
+    """Store one extracted atom, deduplicated against what its user holds (the layers above the
+    atoms are kept current by the flow after this: flow.layers). engine: the settings and the
+    connection's in-memory indexes the candidates are found through.
 
     Call inside connection.write(). Returns (action, atom_id): "merged" (no new row; atom_id is the
     atom it merged into), "new", "superseded" (new atom; older ones superseded by it, or it by
     a newer one already held) or "conflicting" (new atom; both marked conflicting).
     multilingual says the vectors read Chinese and English alike (lifecycle.relation).
     """
-    record = codec.validate(record)
-    return _store(conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids, ts=ts,
-                  vector=vector, settings=settings, copies=copies, term_counts=term_counts,
-                  multilingual=multilingual)
-
-
-def _store(conn: apsw.Connection, *, user: str, record: dict, confidence: float, turn_ids: list[int], ts: str,
-           vector: np.ndarray | None, settings: Settings, copies: VectorCopies | None,
-           term_counts: TermCounts | None, multilingual: bool) -> tuple[str, int]:
-    held = candidates(conn, user, record, vector, settings, copies=copies, term_counts=term_counts)
-    judged = [(h, relation(record, h.record, h.similarity, settings, keyword_only=vector is None,
+    record, settings = codec.validate(atom.record), engine.settings
+    held = candidates(conn, atom.user, record, atom.vector, settings, copies=engine.copies,
+                      term_counts=engine.term_counts)
+    judged = [(h, relation(record, h.record, h.similarity, settings, keyword_only=atom.vector is None,
                            multilingual=multilingual)) for h in held]
     duplicates = sorted((h for h, r in judged if r == "duplicate"), key=lambda h: -h.similarity)
     if duplicates:
         kept = duplicates[0]
-        merge(conn, kept.id, confidence=confidence, turn_ids=turn_ids, ts=ts, gain=settings.merge_gain)
-        _resolve_conflicts(conn, kept.id, ts, settings)
+        merge(conn, kept.id, confidence=atom.confidence, turn_ids=atom.turn_ids, ts=atom.ts, gain=settings.merge_gain)
+        _resolve_conflicts(conn, kept.id, atom.ts, settings)
         return "merged", kept.id
     atom_id = rows.insert_atom(
-        conn, user=user, record=record, confidence=confidence, turn_ids=turn_ids,
-        first_seen=ts, last_seen=ts, vector=vector,
+        conn, user=atom.user, record=record, confidence=atom.confidence, turn_ids=atom.turn_ids,
+        first_seen=atom.ts, last_seen=atom.ts, vector=atom.vector,
     )
     explicit = record.get("polarity") == "ended"
-    actions = [_settle(conn, atom_id, confidence, ts, h, settings, explicit=explicit) for h, r in judged if r == "conflict"]
+    actions = [_settle(conn, atom_id, atom.confidence, atom.ts, h, settings, explicit=explicit)
+               for h, r in judged if r == "conflict"]
     if "conflicting" in actions:
         return "conflicting", atom_id
     return ("superseded" if actions else "new"), atom_id

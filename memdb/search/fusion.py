@@ -24,9 +24,7 @@ from ..checks import now
 from ..db import rows
 from ..db.rows import Hit
 from ..index import fts, vectors
-from ..index.copies import VectorCopies
-from ..index.fts import TermCounts
-from ..index.keywords import KeywordCopies
+from ..index.engine import Engine
 from ..settings import Settings
 from . import relevance
 from .query import intent
@@ -165,19 +163,6 @@ class Query:
     alpha: float | None = None
     include_superseded: bool = False
     cosine_baseline: float = 0.0
-
-
-@dataclass(frozen=True)
-class Engine:
-    """What every search on one connection shares: the settings and the connection's in-memory
-    indexes (index/). With copies, large users' vectors are ranked in memory; with term counts,
-    common query terms are pruned in single-user files; with keyword copies, large users'
-    postings are scored in memory. None: SQLite answers that side."""
-
-    settings: Settings
-    copies: VectorCopies | None = None
-    term_counts: TermCounts | None = None
-    keywords: KeywordCopies | None = None
 
 
 def search(conn: apsw.Connection, query: Query, engine: Engine) -> list[Hit]:
