@@ -241,11 +241,10 @@ def model_fragment(record: dict, turn: str = "") -> str | None:
     for m in re.finditer(r"(\S+)\s+(?:they|we|he|she)\s+[a-z]+\s+(?:me|her|him|us|them)\b", said):
         if m.group(1).lower() not in lexicon.words("en", "clause_joints"):
             return "two clauses glued"  # "loves | husband and kids they keep her motivated"
-    head = predicate.split()[0]
-    if re.search(rf"\b(?:{lexicon.alternation('en', 'determiners').pattern})\s+{re.escape(head)}\b", turn, re.I):
+    word = predicate.split()[0].lower()
+    if re.search(rf"\b(?:{lexicon.alternation('en', 'determiners').pattern})\s+{re.escape(word)}\b", turn, re.I):
         return "no verb"
     first = re.sub(rf"^(?:(?:{lexicon.alternation('en', 'auxiliaries').pattern})\s+)+", "", predicate + " ", flags=re.I)
-    word = predicate.split()[0].lower()
     if first != predicate + " " or "n't" in word:
         return None  # "is moving to", "has been", "just launched", "doesn't like"
     if word in lexicon.words("en", "past_forms") or re.fullmatch(r"[a-z]+(?:ed|[^s'u]s)", word):
