@@ -36,7 +36,6 @@ class Pronouns:
     alone: str
     reflexive: str
     plural: bool
-    zh: str
 
     @classmethod
     def of(cls, word: str) -> Pronouns:
@@ -67,9 +66,9 @@ class Pronouns:
 
 
 _FORMS = {
-    "he": Pronouns("he", "him", "his", "his", "himself", False, "他"),
-    "she": Pronouns("she", "her", "her", "hers", "herself", False, "她"),
-    "they": Pronouns("they", "them", "their", "theirs", "themself", True, "他"),
+    "he": Pronouns("he", "him", "his", "his", "himself", False),
+    "she": Pronouns("she", "her", "her", "hers", "herself", False),
+    "they": Pronouns("they", "them", "their", "theirs", "themself", True),
 }
 _PRONOUN_SCHEMA = {"type": "object", "properties": {"p": {"type": "string", "enum": ["he", "she", "they"]}},
                    "required": ["p"], "additionalProperties": False}
@@ -255,16 +254,15 @@ def drop_repeated_subject(subject: str, value: str) -> str:
 def indefinite(predicate: str, value: str) -> str:
     """An object that points into the chat ("painted | that lake sunrise") as a note says it to
     someone who was not there: "a lake sunrise". "realize | that self-care matters" keeps its
-    "that" (en.toml: that_clause_verbs), and these/those stay."""
-    m = re.match(r"(this|that|these|those)\s+(?=[a-z])(?!(?:it|he|she|they|we|i|you|there|her|his|their|my|our|the|a|an)\b)", value)
+    "that" (en.toml: that_clause_verbs); these/those stay ("has known these friends": without
+    them, which friends is lost)."""
+    m = re.match(r"(?:this|that)\s+(?=[a-z])(?!(?:it|he|she|they|we|i|you|there|her|his|their|my|our|the|a|an)\b)", value)
     last = predicate.split()[-1].lower() if predicate.split() else ""
     if not m or last in lexicon.words("en", "that_clause_verbs") or re.match(r"\S+\s+(?:is|was|are|were|has|had|will)\b", value[m.end():]):
         return value
     if any(value.lower().startswith(phrase.lower()) for phrase, _ in timeparse.find(value, "2000-01-01")):
         return value  # "this week": a time, not a thing
     rest = value[m.end():]
-    if m.group(1) in ("these", "those"):
-        return value  # "has known these friends": without it, which friends is lost
     return ("an " if re.match(r"[aeiou]", rest) else "a ") + rest
 
 
