@@ -249,3 +249,14 @@ def test_a_role_said_without_an_article_gets_one(predicate, obj, expected):
 def test_a_time_or_an_adverb_is_no_thing_to_write_a_note_about(clause):
     from memdb.extraction import clauses
     assert clauses._as_record(clause, "Wren", {"Wren"}, False, clause) is None
+
+
+@pytest.mark.parametrize("obj, kept", [
+    ("some cool projects in the works", False),   # generic nouns name nothing
+    ("the details", False),
+    ("a pottery class in Leith", True),
+])
+def test_a_note_of_generic_words_names_nothing(obj, kept):
+    from memdb.extraction import gate
+    why = gate.judge({"subject": "Wren", "predicate": "has got", "object": obj, "kind": "fact"}, obj, {"Wren"})
+    assert kept == (why is None), why

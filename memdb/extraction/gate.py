@@ -22,25 +22,11 @@ from .persons import Pronouns
 from .prefilter import FIRST_PERSON_WORDS, PHATIC_WORDS, SECOND_PERSON
 
 # Words that praise, feel or react: a line made only of them (and names) holds no fact.
-_EVALUATIVE = frozenset("""amazing awesome great good nice cool lovely wonderful fantastic incredible impressive
-    beautiful gorgeous stunning sweet cute special powerful inspiring inspired inspiration rewarding
-    important vital key tough hard easy fun funny glad happy proud grateful thankful thanks thank
-    excited exciting thrilled lucky kind words mean means meant lot lots much really super so very
-    totally truly definitely absolutely love loved loving feel feels felt feeling feelings awesome
-    courage brave strength strong support supportive encouragement encouraging appreciate appreciates
-    appreciated sounds sound seems looks look like best better worth cherish moments moment time
-    times journey chance hope hopes wish wishes agree agrees glad sure true real cheers congrats
-    congratulations wow yeah yes okay ok thing things stuff something anything everything way meaningful
-    emotional fulfilling touching overwhelming insane scary crazy wild thought-provoking hopeful optimistic
-    grateful keen able best doing feeling hoping positive motivated confident determined passionate
-    blessed helpful useful nicely together difference impact""".split())
+_EVALUATIVE = frozenset(lexicon.words("en", "evaluative"))
 # Words that point or generalise without naming anything: "will never forget it", "make it
 # work", "all have unique paths". With only these (and praise) left, a line names nothing.
-_VAGUE = frozenset("""it this that them others other all everyone everything determined sure alive blessed
-    forget never always pass paths path unique different difference huge happiness vision happen happens make made work
-    says find see inspire inspires loads throughout agree 100 lot lot's going happening chatted since life corner""".split())
-_ZH_EVALUATIVE = ("太好了", "真好", "不错", "厉害", "开心", "高兴", "谢谢", "感谢", "加油", "辛苦", "哈哈", "棒",
-                  "好的", "好吧", "不对", "没问题", "可以", "谢", "嗯", "哦", "啊", "呀", "吧", "呢")
+_VAGUE = frozenset(lexicon.words("en", "vague"))
+_ZH_EVALUATIVE = lexicon.words("zh", "evaluative")
 _PRONOUN_SUBJECTS = frozenset("""he she it they him her them his hers its their this that these those someone
     somebody we us our you your 他 她 它 他们 她们 它们 这 那 这个 那个 我们 你 你们""".split())
 _DANGLING_END = frozenset("""to the a an of with and or for my your our their its at in on from by as
