@@ -21,22 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 import memdb  # noqa: E402
 from memdb.search import relevance  # noqa: E402
+from tests.chats import TURNS  # noqa: E402 - the chat tests/test_context_block.py checks
 
-TURNS = [
-    ("user", "Hi! I'm Signe, I lead the data platform team."),
-    ("assistant", "Nice to meet you, Signe!"),
-    ("user", "We are migrating our pipelines from Airflow to Dagster this quarter."),
-    ("assistant", "Noted! Anything else?"),
-    ("user", "I'm vegetarian and allergic to peanuts."),
-    ("assistant", "加油！"),
-    ("user", "My partner Tomas loves spicy Thai food."),
-    ("user", "Our warehouse is Snowflake, and dbt runs the transformations."),
-    ("assistant", "Got it, I'll keep that in mind."),
-    ("user", "I live in Rotterdam."),
-    ("user", "I run 10k every Sunday morning."),
-    ("assistant", "That's great, keep it up!"),
-    ("user", "The on-call rotation changes every Monday."),
-]
 QUERIES = ["what orchestration tool do we use?", "what data warehouse do we use?", "any food allergies?",
            "where does Signe live?", "what should I cook for Signe tonight?", "what sport does she do?",
            "what is the capital of France?", "how do I bake sourdough bread?", "zzzz qqq"]

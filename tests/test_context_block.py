@@ -11,22 +11,8 @@ from memdb import codec
 from memdb.db import connection
 from memdb.lifecycle import absorb
 from memdb.search import relevance
+from tests.chats import TURNS
 
-TURNS = [
-    ("user", "Hi! I'm Signe, I lead the data platform team."),
-    ("assistant", "Nice to meet you, Signe!"),
-    ("user", "We are migrating our pipelines from Airflow to Dagster this quarter."),
-    ("assistant", "Noted! Anything else?"),
-    ("user", "I'm vegetarian and allergic to peanuts."),
-    ("assistant", "加油！"),
-    ("user", "My partner Tomas loves spicy Thai food."),
-    ("user", "Our warehouse is Snowflake, and dbt runs the transformations."),
-    ("assistant", "Got it, I'll keep that in mind."),
-    ("user", "I live in Rotterdam."),
-    ("user", "I run 10k every Sunday morning."),
-    ("assistant", "That's great, keep it up!"),
-    ("user", "The on-call rotation changes every Monday."),
-]
 PLEASANTRIES = {content for role, content in TURNS if role == "assistant"}
 
 
