@@ -162,10 +162,9 @@ def canonical_text(record: dict) -> str:
     """
     parts = [record[f] for f in ("subject", "predicate", "object") if record.get(f)]
     subject, obj = record.get("subject"), record.get("object", "")
-    if subject and not record.get("predicate") and any(map(is_cjk, obj)) and subject in obj and not re.search(
-            rf"(?:让|叫|请|劝|要求|帮|替|给|被|把){re.escape(subject)}", obj[: obj.find(subject) + len(subject)]):
-        # "芹菜，那个味儿苏禾受不了": a Chinese note names its subject where the clause does;
-        # a name first met as the one acted on ("医生让苏禾戒了") leaves the subject in front
+    if subject and not record.get("predicate") and any(map(is_cjk, obj)) and subject in obj:
+        # "芹菜，那个味儿苏禾受不了", "医生让苏禾戒了咖啡": a Chinese note names its subject where
+        # the clause does, never twice
         parts = [obj]
     if record.get("outcome"):
         parts.append(f"({record['outcome']})")

@@ -238,7 +238,9 @@ def test_by_default_history_only_lends_speaker_names():
     ("Rosalind | says pottery is her go-to for | pottery", "preference", "like"),
 ])
 def test_kind_and_sentiment_come_from_a_closed_set(atom, kind, sentiment):
-    candidates, _ = model_only([turn(1, "Pottery, pottery, pottery.")], fake_llm(reply(atom)))
+    # The turn says "I'm …" of the two "is" notes: a model's "is X" the turn never says of a person is dropped.
+    said = "Pottery, pottery, pottery. I'm fond of it, I'm so thrilled with it."
+    candidates, _ = model_only([turn(1, said)], fake_llm(reply(atom)))
     assert (kind, sentiment) == (candidates[0].record["kind"], candidates[0].record.get("sentiment"))
 
 

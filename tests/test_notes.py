@@ -29,7 +29,7 @@ def test_first_person_in_a_note_about_someone_else_names_the_speaker_once():
 @pytest.mark.parametrize("value, named, expected", [
     ("我下周要去成都出差", True, "下周要去成都出差"),
     ("十月中旬我要去成都出差", True, "十月中旬要去成都出差"),
-    ("我和我的女儿去了自我介绍会", True, "和苏禾的女儿去了自我介绍会"),
+    ("我和我的女儿去了自我介绍会", True, "和女儿去了自我介绍会"),  # the subject in front says whose
     ("我师父下个月退休，之后排班归我管", False, "苏禾的师父下个月退休，之后排班归苏禾管"),
     ("我们全家去了海边", True, "全家去了海边"),
     ("今天我们后端改用 Rust 了", False, "今天苏禾的团队后端改用 Rust 了"),
@@ -198,7 +198,8 @@ def test_a_chinese_clause_is_the_speakers_only_when_it_reads_so(clause, expected
     ({"subject": "苏禾", "object": "2027年就40了"}, "苏禾2027年就40了"),
     ({"subject": "Wren", "object": "2027年就40了"}, "Wren 2027年就40了"),
     ({"subject": "苏禾", "object": "2026年10月8日去看了牙，医生让苏禾把糖戒了"},
-     "苏禾2026年10月8日去看了牙，医生让苏禾把糖戒了"),   # a name further on acts on the subject
+     "2026年10月8日去看了牙，医生让苏禾把糖戒了"),   # named where it is acted on, not twice
+    ({"subject": "苏禾", "object": "组长让苏禾周五前交报告"}, "组长让苏禾周五前交报告"),
     ({"subject": "苏禾", "object": "芹菜，那个味儿苏禾受不了"}, "芹菜，那个味儿苏禾受不了"),
 ])
 def test_a_chinese_note_names_its_subject_once_and_in_front(record, expected):
@@ -260,3 +261,104 @@ def test_a_note_of_generic_words_names_nothing(obj, kept):
     from memdb.extraction import gate
     why = gate.judge({"subject": "Wren", "predicate": "has got", "object": obj, "kind": "fact"}, obj, {"Wren"})
     assert kept == (why is None), why
+
+
+@pytest.mark.parametrize("clause, expected", [
+    ("Knitting helps me unwind after my shifts", ("finds that", "knitting helps me unwind after my shifts")),
+    ("Hunting for a flat has been exhausting", ("finds that", "hunting for a flat has been exhausting")),
+    ("Moving to the coast changed everything for me", ("found that", "moving to the coast changed everything for me")),
+    ("Renting the allotment's been a good call", ("finds that", "renting the allotment's been a good call")),
+])
+def test_a_clause_whose_subject_is_an_ing_phrase_is_what_the_speaker_finds(clause, expected):
+    from memdb.extraction import clauses
+    record = clauses._as_record(clause, "Wren", {"Wren"}, False, clause)
+    assert ("Wren", *expected) == (record["subject"], record["predicate"], record["object"])
+
+
+@pytest.mark.parametrize("clause, expected", [
+    ("Researching sailing schools near the harbour", "is researching"),  # no verb after: what Wren does
+    ("Cycling sounds like a lovely way to see the valley", None),         # a reaction to the listener
+])
+def test_an_opening_ing_word_without_a_verb_after_it_is_what_the_speaker_does(clause, expected):
+    from memdb.extraction import clauses
+    record = clauses._as_record(clause, "Wren", {"Wren"}, False, clause)
+    assert expected == (record or {}).get("predicate")
+
+
+@pytest.mark.parametrize("predicate, obj, turn, expected", [
+    ("is a calm way to", "unwind", "Knitting's a calm way to unwind.", "said of something else"),
+    ("is going to be", "a long winter", "It's going to be a long winter!", "said of something else"),
+    ("is whittling", "makes her calm", "Whittling makes me calm.", "said of something else"),
+    ("is a big fan of", "sea shanties", "I'm a big fan of sea shanties.", None),
+    ("is moving to", "Oslo", "My partner and I are moving to Oslo.", None),
+    ("is going", "sailing with her nephews", "I'm off to go sailing with my nephews.", None),  # the model's own words
+    ("is happy at", "the library", "Wren is happy at the library, she says.", None),
+])
+def test_a_models_is_note_must_be_said_of_a_person(predicate, obj, turn, expected):
+    from memdb.extraction import gate
+    assert expected == gate.model_fragment({"subject": "Wren", "predicate": predicate, "object": obj}, turn)
+
+
+@pytest.mark.parametrize("subject, predicate, obj, kept", [
+    ("Here's a sketch I", "made", "last week", False),           # first person: no one to file it under
+    ("It's great to see the", "support", "for the club", False),
+    ("Wren", "won't let", "Bea down", False),                     # pep talk: the speakers' names add nothing
+    ("Wren", "is going to keep", "going no matter what", False),
+    ("Wren", "loves how", "Bea glazes her bowls", False),         # praise of the listener
+    ("Wren", "is off to", "do some research", False),              # talk about the talk
+    ("Wren", "will keep", "Bea posted", False),
+    ("Wren", "loves how", "the harbour looks at dawn", True),       # her own taste, nobody else named
+    ("Wren", "won't let", "the landlord raise the rent", True),
+])
+def test_pep_talk_praise_and_talk_about_the_talk_are_no_notes(subject, predicate, obj, kept):
+    from memdb.extraction import gate
+    record = {"subject": subject, "predicate": predicate, "object": obj, "kind": "fact"}
+    why = gate.judge(record, f"{predicate} {obj}", {"Wren", "Bea"})
+    assert kept == (why is None), why
+
+
+def test_a_time_cut_out_of_an_english_note_leaves_no_stray_word():
+    from memdb.extraction import normalize
+    from memdb.extraction.records import Turn
+    said = "I started learning the cello about three years ago, it keeps me busy"
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-05-01T10:00:00")
+    record = normalize.attach_time({"subject": "Wren", "predicate": "started learning",
+                                    "object": "the cello about three years ago, it keeps her busy", "kind": "event"},
+                                   None, turn, said)
+    assert ("the cello, it keeps her busy", "2023") == (record["object"], record.get("date"))
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("我一直喜欢画画，但是我觉得我没天赋", "一直喜欢画画，但是觉得自己没天赋"),   # the subject left out, then 自己
+    ("我想去海边住几天，放松一下我的心情", "想去海边住几天，放松一下自己的心情"),
+    ("我的房东很凶，总是催我交租", "苏禾的房东很凶，总是催苏禾交租"),          # 自己 would be the landlord
+    ("我和我的妹妹去看了展", "和妹妹去看了展"),
+])
+def test_the_speaker_said_again_in_a_chinese_note_is_never_the_name_twice(value, expected):
+    assert expected == persons.third_person_zh(value, "苏禾", named=not value.startswith("我的"))
+
+
+@pytest.mark.parametrize("said, kept", [
+    ("今天我想和你聊聊我的工作", ""),          # announces the talk
+    ("有你的陪伴，感觉好多了", ""),
+    ("对啊，周末去爬山了", "周末去爬山了"),
+])
+def test_chinese_talk_about_the_talk_and_bare_answers_are_cut(said, kept):
+    from memdb.extraction import gate
+    assert kept == gate.trim_zh(said, "苏禾")
+
+
+@pytest.mark.parametrize("body, value", [
+    ("2026年3月2日过生日，苏禾二十六了", "二十六"),   # a number of years, said the Chinese way
+    ("苏禾快40了", "40"),
+    ("苏禾和同事统一了意见", None),                     # 一 inside a word is no age
+])
+def test_a_chinese_age_said_without_sui_is_an_age(body, value):
+    assert value == slots.read("苏禾", body).get("value")
+
+
+def test_a_clause_that_opens_on_any_time_is_the_speakers_with_the_time_behind():
+    from memdb.extraction import clauses
+    notes = clauses.notes("In April I flew to Lima, the market was huge.", "Wren", {"Wren"}, set(), "2026-06-10T10:00:00")
+    assert [("Wren", "flew to", "Lima, the market was huge in April")] == [
+        (n["subject"], n["predicate"], n["object"]) for n in notes]

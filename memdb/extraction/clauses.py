@@ -202,6 +202,12 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
         return {"subject": speaker, "predicate": f"and my {pair.group(1)}", "object": pair.group(2)}
     if re.match(r"i\b|i['’]", clause, re.I):
         return {"subject": speaker, **_verb_and_rest(persons.drop_leading_i(clause))}
+    found = gerund_subject(clause)
+    if found:  # "Painting helps me unwind" → "Ana finds that painting helps her unwind"
+        said = found.group(3).lower().split()[0]
+        verb = "found that" if said in lexicon.words("en", "past_forms") or said.endswith("ed") or said in ("was", "had") \
+            else "finds that"
+        return {"subject": speaker, "predicate": verb, "object": clause[:1].lower() + clause[1:]}
     if re.match(r"we\b|we['’]", clause, re.I):  # "we use Go" → "Ana's team uses Go"
         return {"subject": persons.we_are(clause, speaker), **_verb_and_rest(_we_verb(clause))}
     for name in others:
@@ -231,6 +237,15 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
                       f"{speaker}'s ", thing.group(1), flags=re.I)
         return {"subject": noun[:1].upper() + noun[1:], **_verb_and_rest(thing.group(2))}
     return None  # a remark without its own subject: the raw turn says it better than a note could
+
+
+def gerund_subject(clause: str) -> re.Match[str] | None:
+    """The clause's opening -ing phrase and its verb when that phrase is the clause's subject
+    ("Painting helps me unwind", "Searching for a flat has been tough"; en.toml:
+    gerund_subject_verbs), else None ("Researching flats near the park" says what the speaker does)."""
+    verbs = lexicon.alternation("en", "gerund_subject_verbs").pattern
+    return re.match(rf"([A-Za-z]+ing)\b((?:\s+(?!(?:i|we|you|they|he|she|it|who|that|which)\b)[\w'&-]+){{0,8}}?)"
+                    rf"(?:\s+|['’]s\s+(?=been\b))({verbs}|been)", clause.strip(), re.I) if re.match(r"[A-Za-z]+ing\b", clause.strip()) else None
 
 
 def _no_thing(noun: str) -> bool:
@@ -276,6 +291,9 @@ def _lead(clause: str) -> re.Match[str] | None:
     # "Right now I'm setting up …", "On weekends I play tennis": a time or place before the
     # speaker (lexicon/en.toml: lead_time), moved behind the statement.
     times = "|".join(map(re.escape, lexicon.words("en", "lead_time")))
+    said = "|".join(re.escape(p) for p, _ in timeparse.find(clause, "2000-01-01") if clause.lower().find(p.lower()) < 4)
+    if said:  # "In May I went to Hanoi": any time phrase the clause opens with
+        times = f"{times}|(?:in|on|at|during|by)?\\s*(?:{said})"
     return re.match(rf"^((?:{times}|since \w+|for (?:deployment|work))\s*,?\s+)(?=(?:i|we|my|our)\b)", clause, re.I)
 # "Been training since March", "Thought about …": the speaker left out, as people do in chat.
 _ELIDED = re.compile(r"^(gonna|wanna|been|thought|got|went|had|started|finished|spent|took|made|tried|found|bought|signed|lost|won|"
@@ -287,9 +305,10 @@ def _subject_first(clause: str) -> str:
     """The clause with the speaker's "I" first, where chat put something else first or left it out."""
     lead = _lead(clause)
     if lead:
-        return f"{clause[lead.end():]} {lead.group(1).strip(' ,').lower()}"
-    doing = re.match(r"([A-Z][a-z]+ing)\s+(?!.*\b(?:is|are|was|were|isn't|aren't|wasn't)\b)", clause)
-    if doing and doing.group(1) not in _NOT_NAMES:  # "Researching adoption agencies": what the speaker is doing
+        moved = lead.group(1).strip(" ,")
+        return f"{clause[lead.end():]} {moved[:1].lower()}{moved[1:]}"  # "… in May": a name keeps its capital
+    doing = re.match(r"([A-Z][a-z]+ing)\s+(?!.*\b(?:is|are|was|were|isn't|aren't|wasn't|sounds|looks|seems)\b)", clause)
+    if doing and doing.group(1) not in _NOT_NAMES and not gerund_subject(clause):  # "Researching adoption agencies": what the speaker is doing
         return f"I am {clause[:1].lower()}{clause[1:]}"
     elided = _ELIDED.match(clause)
     if elided and clause[0].isupper():

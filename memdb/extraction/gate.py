@@ -170,7 +170,8 @@ def trim_zh(value: str, speaker: str) -> str:
         clause = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", clause)
         probe = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", probe)
         asks = "？" in sep or "?" in sep or probe.endswith(("吗", "咋办", "怎么办"))
-        if asks or _ZH_SMALL_TALK.search(probe) or _small_talk_zh(probe) or _zh_request_or_verdict(probe):
+        chat = lexicon.alternation("zh", "chat_itself").search(probe)
+        if asks or chat or _ZH_SMALL_TALK.search(probe) or _small_talk_zh(probe) or _zh_request_or_verdict(probe):
             continue
         sep = re.sub(r"[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]", "", sep)
         kept.append(clause + (sep[:1] or ("，" if text.has_cjk(clause) else " ")))
@@ -230,6 +231,8 @@ def model_fragment(record: dict, turn: str = "") -> str | None:
     word = predicate.split()[0].lower()
     if re.search(rf"\b(?:{lexicon.alternation('en', 'determiners').pattern})\s+{re.escape(word)}\b", turn, re.I):
         return "no verb"
+    if turn and not _said_of_a_person(record, turn):
+        return "said of something else"  # "Ana | is a fun way to express | …" from "Painting's a fun way …"
     first = re.sub(rf"^(?:(?:{lexicon.alternation('en', 'auxiliaries').pattern})\s+)+", "", predicate + " ", flags=re.I)
     if first != predicate + " " or "n't" in word:
         return None  # "is moving to", "has been", "just launched", "doesn't like"
@@ -238,6 +241,28 @@ def model_fragment(record: dict, turn: str = "") -> str | None:
     if word.endswith("ing") or word in lexicon.words("en", "not_verbs") or " and " in predicate:
         return "no verb"  # "painting | a fun way", "everything | …", "empathy and understanding | …"
     return None  # a verb as the model wrote it ("move to"): persons.agree() makes it agree
+
+
+_BE = re.compile(r"(?:is|are|was|were|am)\s+(?:(?:not|so|really|also|still|just|very|pretty|super|always|never|now)\s+)*([\w'-]+)", re.I)
+# Who a turn says "is" something of: the speaker ("I'm", "Emil and I are"), a person by pronoun,
+# someone of the speaker's ("my sister is"), or the note's subject by name.
+_PERSON_BE = r"(?:\b(?:I|we|he|she|they)\s*(?:['’](?:m|re|s|ve been)|\s(?:am|are|is|was|were|have been|has been))" \
+             r"|\b(?:my|our)\s+[\w'-]+(?:\s+[\w'-]+)?\s*(?:['’]s|\s(?:is|are|was|were)){name})"
+
+
+def _said_of_a_person(record: dict, turn: str) -> bool:
+    """Whether the turn says a model's "is X" of a person: "I'm a big fan of jazz" holds "Ana |
+    is a big fan of | jazz"; "Painting's a fun way to unwind" ("Ana | is a fun way to") and
+    "It's going to be a big change" ("Ana | is going to be | …") do not."""
+    be = _BE.match(record.get("predicate", "").strip())
+    if not be:
+        return True
+    word = re.escape(be.group(1))
+    name = re.escape(re.split(r"['’\s]", record.get("subject", "").strip())[0])
+    person = _PERSON_BE.format(name=rf"|\b{name}\s+(?:is|are|was|were)\b" if name else "")
+    if be.group(1).lower().endswith("ing"):  # "is going swimming" from "I'm off to go swimming": the model's words
+        return re.search(person, turn, re.I) is not None
+    return re.search(rf"{person}\s+(?:[\w'-]+\s+){{0,3}}?{word}\b", turn, re.I) is not None
 
 
 def judge(record: dict, sentence: str, names: set[str]) -> str | None:
@@ -249,6 +274,11 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "not a note"  # markup or JSON the model wrote into a string
     if _SECRET_WORDS.search(f"{subject} {said}") or _KEY_SHAPED.search(said):
         return "a secret"
+    if FIRST_PERSON_WORDS.search(subject) or SECOND_PERSON.search(subject):
+        return "first person"  # "Here's a recent sketch I | made | last week": no person to file it under
+    opener = re.sub(r"['’]s$", "", subject.split()[0].lower()) if subject.split() else ""
+    if opener in _PRONOUN_SUBJECTS or opener in ("here", "there"):
+        return "pronoun subject"  # "It's great to see the | love | …"
     if subject.lower() in _PRONOUN_SUBJECTS or re.match(r"[他她它](?!们)", record.get("object", "")) and not record.get("predicate"):
         return "pronoun subject"  # "他下个月交接": 他 opens the Chinese note, whoever the subject is
     if SECOND_PERSON.search(said):
@@ -264,12 +294,17 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "from a question"
     if SECOND_PERSON.search(sentence) and not FIRST_PERSON_WORDS.search(sentence) or _REACTION.search(sentence):
         return "about the listener"  # praise or feelings about the other person: theirs to tell
+    if lexicon.alternation("en", "chat_meta").search(said):
+        return "talk about the talk"  # "Ana | is off to | do some research"
+    others = [n for n in names if n and n not in subject and re.search(rf"\b{re.escape(n)}\b", said)]
+    if others and lexicon.alternation("en", "reaction_leads").match(said.strip()):
+        return "about the listener"  # "Ana | loves how | Bea paints her mugs": praise of Bea
     thing = persons.owner_and_thing(subject)[1]
     if not _concrete(f"{thing} {said}", names):  # "Ana's Oslo trip | is off": the thing is in the subject
         return "no concrete fact"
     if _OPINION.search(said) and not FIRST_PERSON_WORDS.search(sentence):
         return "an opinion"
-    if lexicon.alternation("en", "pep_talk").search(said) and not _LATIN_NAME.search(said):
+    if lexicon.alternation("en", "pep_talk").search(said) and not _LATIN_NAME.search(_names_out(said, names)):
         return "a feeling or a pep talk"  # "will do her best", "is so grateful": nothing to recall
     pointed = re.match(r"(?:[a-z']+\s+){0,3}?(?:it|them)\b", said.strip(), re.I)  # "gave it to her", "wants to pass it on"
     if pointed and not _LATIN_NAME.search(said):
@@ -281,6 +316,13 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
 
 
 _LATIN_NAME = re.compile(r"(?<!^)\b[A-Z][a-zA-Z]+|\d")
+
+
+def _names_out(said: str, names: set[str]) -> str:
+    # The words less the speakers' own names: "won't let Ana down" names nobody new.
+    for name in sorted(names, key=len, reverse=True):
+        said = re.sub(rf"\b{re.escape(name)}(?:['’]s)?\b", " ", said) if name else said
+    return said
 
 
 def _owner_free(phrase: str) -> str:

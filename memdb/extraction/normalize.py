@@ -165,8 +165,9 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
                 continue
             if len(value) > len(phrase) + 2:
                 # "on March 20" goes whole: a preposition left behind reads as a cut ("flying on for a week")
-                cut = re.sub(rf"(?:\b(?:on|in|at|by|from|until|since|for)\s+)?{re.escape(phrase)}", " ", value, count=1, flags=re.I)
-                value = record[part] = " ".join(cut.split()).strip(" ,，")
+                cut = re.sub(rf"(?:\b(?:on|in|at|by|from|until|since|for)\s+)?(?:\b(?:about|around|roughly|nearly|almost|over|"
+                             rf"just|only|some)\s+)?{re.escape(phrase)}", " ", value, count=1, flags=re.I)
+                value = record[part] = re.sub(r"\s+([,，])", r"\1", " ".join(cut.split())).strip(" ,，")
             elif part == "predicate":
                 continue  # the whole predicate a time ("is | since March"): nothing to read without it
             # The time is all the object says ("has been training | since March"): its words stay.

@@ -206,9 +206,10 @@ def third_person_zh(value: str, name: str, *, named: bool) -> str:
         value = re.sub(r"^([^，,。！？我]{1,6}?)我(?![们的])", r"\1", value, count=1)
         value = re.sub(r"^(?:我们|我)(?:的)?", lambda m: "" if m.group(0) != "我们" or group == name else group, value)
     mentioned = named
+    topic = named  # the speaker opens the note ("我一直喜欢写作"), not someone of theirs ("我的上司…")
 
     def person(m: re.Match) -> str:
-        nonlocal mentioned
+        nonlocal mentioned, topic
         word = m.group(0)
         if word.startswith("我们"):
             if re.match(r"团队|组|公司|部门|家", value[m.end():]):  # 我们团队 → 罗婷的团队
@@ -217,17 +218,36 @@ def third_person_zh(value: str, name: str, *, named: bool) -> str:
                 return word[2:]
             mentioned = mentioned or group == name
             return group + word[2:]
+        if mentioned and topic:
+            # The speaker again, in a note about them: never the name twice, and no 他/她 (the
+            # gender is not known). Left out as a subject ("但是觉得…") and before a relative
+            # ("和女儿去了"); 自己 after a verb of thinking ("觉得自己缺乏灵感") and as an owner
+            # ("缓解自己的压力"). Elsewhere ("医生让苏禾戒糖") 自己 could point at another person.
+            before, after = value[: m.start()], value[m.end():]
+            if word == "我" and re.search(_ZH_SUBJECT_SLOT + "$", before):
+                return ""
+            if word in ("我的", "我") and re.match(lexicon.alternation("zh", "relations").pattern, after):
+                return ""
+            if word == "我的" or word == "我" and re.search(r"(?:觉得|认为|发现|感觉|知道|相信|希望|担心)$", before):
+                return "自己" + word[1:]
+        first = not mentioned
         mentioned = True
-        # The name again, not 他/她: Chinese notes repeat a name without sounding odd, and a
-        # pronoun after a second person ("师父…归他管") would point at the wrong one.
         if word == "我" and re.match(lexicon.alternation("zh", "relations").pattern, value[m.end():]):
             return name + "的"  # 我师父 → 苏禾的师父
+        if first:
+            topic = word == "我" and re.fullmatch(r"[^，,。！？]{0,8}", value[: m.start()]) is not None
+        # The name where the speaker is someone's ("我的上司…要求我…" → "林晓的上司…要求林晓…"):
+        # 自己 there would point at the other person.
         return name + word[1:]
 
     value = re.sub(r"我们的?|我的|我", person, value)
     for i, word in enumerate(keep):
         value = value.replace(f"\x00{i}\x01", word)
     return value
+
+
+# Where a Chinese clause's subject stands: its start, or after a comma or a joining word.
+_ZH_SUBJECT_SLOT = r"(?:^|[，,；;]\s*|但是|可是|不过|而且|所以|因为|然后|如果|虽然|其实)"
 
 
 _OWNED = re.compile(r"^(.+?)(?:['’]s\s+|的)(.+)$")
@@ -245,8 +265,8 @@ def drop_repeated_subject(subject: str, value: str) -> str:
     stripped = value
     while subject and stripped.startswith(subject) and len(stripped) > len(subject):
         rest = stripped[len(subject):]
-        if not (text.has_cjk(subject) or re.match(r"[\s,:]", rest)):
-            break  # "Ana's sister" names someone else
+        if not (text.has_cjk(subject) or re.match(r"[\s,:]", rest)) or rest.startswith("的"):
+            break  # "Ana's sister", "苏禾的师父" name someone else
         stripped = rest.lstrip(" ，,:：")
     return stripped
 

@@ -61,6 +61,8 @@ def _pattern(phrase: str, lang: str) -> re.Pattern[str]:
     if lang == "zh":  # a "*" that ends the phrase takes the rest of the clause, one inside it the least
         body = re.escape(phrase)
         body = body[:-2] + "(?P<v>[^，,。！？了的]{1,8})" if body.endswith(r"\*") else body
+        # "#": an age-sized number, in digits or in Chinese ("35", "二十六"), not a word's 一 (统一)
+        body = body.replace(r"\#", r"(?<![0-9一二两三四五六七八九十])(?P<v>[0-9]{2}|[二三四五六七八九]?十[一二三四五六七八九]?)")
         return re.compile(body.replace(r"\*", "(?P<v>[^，,。！？]{1,6}?)"))
     parts = []
     for word in phrase.split():
