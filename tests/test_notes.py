@@ -119,6 +119,9 @@ def test_every_word_list_the_code_asks_for_is_a_top_level_list():
     ("rebuilt", "the shed they bought last spring", None),
     ("found", "the flat that they wanted", None),
     ("teaches", "the pupils she met at camp", None),
+    ("agree,", "they're lovely", "chat left in"),
+    ("thinks", "is ready to adopt", "no subject in the clause"),
+    ("thinks", "the flat is too small", None),
 ])
 def test_a_model_fragment_is_no_note(predicate, obj, expected):
     from memdb.extraction import gate
@@ -362,3 +365,12 @@ def test_a_clause_that_opens_on_any_time_is_the_speakers_with_the_time_behind():
     notes = clauses.notes("In April I flew to Lima, the market was huge.", "Wren", {"Wren"}, set(), "2026-06-10T10:00:00")
     assert [("Wren", "flew to", "Lima, the market was huge in April")] == [
         (n["subject"], n["predicate"], n["object"]) for n in notes]
+
+
+def test_the_model_never_reads_a_photo_caption_as_said():
+    from memdb.extraction import prompt
+    from memdb.extraction.records import Turn
+    said = Turn(id=1, user="u", session="s", role="user", speaker="Wren",
+                content="Look at this! [shares a photo: a sign that says all are welcome]", ts="2026-05-01T10:00:00")
+    shown = prompt.build_messages([said], [], [said])[-2]["content"]
+    assert "Look at this!" in shown and "welcome" not in shown

@@ -151,6 +151,9 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
         if clause.startswith(name):
             return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
     if speaker_says_zh(clause):
+        first = re.split(r"[，,\s]+", clause, maxsplit=1)[0]
+        if not clause.startswith("我") and _piece_is_the_speakers(first, first=True) and not re.match(r"[A-Za-z0-9]", clause):
+            clause = "我" + clause  # chat leaves the speaker out ("也觉得健身对我帮助很大"): said back in, once
         return {"subject": speaker, "object": clause}  # gate.repair_persons names 我 where it stands
     return None  # "才周四", "她又抱回来一张奖状": about something or someone the clause does not name
 
@@ -223,7 +226,8 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     if _PRONOUN.match(clause) or lexicon.alternation("en", "pronoun_subjects").match(clause):
         return None  # about someone or something only a pronoun names
     rule = lexicon.alternation("en", "rule_openers").match(clause) or lexicon.alternation("en", "rule_words").search(clause)
-    if rule and not persons.FIRST_PERSON.search(clause) and not re.search(r"\b(?:it|this|that|had|was)\b", clause, re.I):
+    if rule and not persons.FIRST_PERSON.search(clause) and not re.search(r"\b(?:it|this|that|had|was)\b", clause, re.I) \
+            and not re.search(r"(?:\b(?:is|are|were)\s+|['’]s\s+)\w+ing\b", clause):  # "All the work's paying off": news, no rule
         # "No hosted APIs, no pasting rows into web tools": a rule, and whose it is
         return {"subject": f"{speaker}'s rule:", "object": clause[:1].lower() + clause[1:]}
     thing = re.match(r"^((?:[\w'-]+\s+){0,4}?[\w'-]+)\s+(?=(?:%s)\b)(.+)$" % _verbs(), clause, re.I)

@@ -223,8 +223,12 @@ def model_fragment(record: dict, turn: str = "") -> str | None:
     said = f"{predicate} {record.get('object', '')}"
     if not predicate or not re.match(r"[a-z]", predicate):
         return "no verb"
-    if re.search(r"[!?…`{}\[\]|]|\.\.\.", said):
-        return "chat left in"
+    if re.search(r"[!?…`{}\[\]|]|\.\.\.", said) or "," in predicate:
+        return "chat left in"  # "Ana | agree, | they're great"
+    obj = record.get("object", "").strip()
+    if re.search(r"\b(?:thinks|thought|says|said|knows|knew|hopes|believes|feels|bets|guesses|realized|realizes)$", predicate) \
+            and re.match(r"(?:is|was|are|were|has|have|had|can|will|would)\b", obj):
+        return "no subject in the clause"  # "Ana | thinks | is ready to …": who is ready, the model left out
     for m in re.finditer(r"(\S+)\s+(?:they|we|he|she)\s+[a-z]+\s+(?:me|her|him|us|them)\b", said):
         if m.group(1).lower() not in lexicon.words("en", "clause_joints"):
             return "two clauses glued"  # "loves | husband and kids they keep her motivated"
@@ -294,6 +298,8 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "from a question"
     if SECOND_PERSON.search(sentence) and not FIRST_PERSON_WORDS.search(sentence) or _REACTION.search(sentence):
         return "about the listener"  # praise or feelings about the other person: theirs to tell
+    if said.rstrip().endswith("?"):
+        return "a question"  # "… or plan something special, just the two of them?"
     if lexicon.alternation("en", "chat_meta").search(said):
         return "talk about the talk"  # "Ana | is off to | do some research"
     others = [n for n in names if n and n not in subject and re.search(rf"\b{re.escape(n)}\b", said)]

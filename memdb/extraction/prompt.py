@@ -5,6 +5,8 @@ llama.cpp keeps it in its KV cache), the turn to extract from marked "*", contex
 
 from __future__ import annotations
 
+import re
+
 from .. import text
 from .records import Turn
 
@@ -82,7 +84,9 @@ def _label(turn: Turn) -> str:
 
 
 def _clip(content: str, limit: int) -> str:
-    content = " ".join(content.split())
+    # A bracketed aside ("[shares a photo: a dog on a beach]") is a caption, not the speaker's
+    # words: a small model reads its words as said ("Ana was welcome to stage"). The raw turn keeps it.
+    content = " ".join(re.sub(r"\[[^\]]*\]", " ", content).split())
     return content if len(content) <= limit else content[:limit].rstrip() + "…"
 
 
