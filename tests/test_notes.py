@@ -271,6 +271,7 @@ def test_a_note_of_generic_words_names_nothing(obj, kept):
     ("Hunting for a flat has been exhausting", ("finds that", "hunting for a flat has been exhausting")),
     ("Moving to the coast changed everything for me", ("found that", "moving to the coast changed everything for me")),
     ("Renting the allotment's been a good call", ("finds that", "renting the allotment's been a good call")),
+    ("Watching my pupils improve at it brings me joy", ("finds that", "watching my pupils improve at it brings me joy")),
 ])
 def test_a_clause_whose_subject_is_an_ing_phrase_is_what_the_speaker_finds(clause, expected):
     from memdb.extraction import clauses
@@ -281,6 +282,7 @@ def test_a_clause_whose_subject_is_an_ing_phrase_is_what_the_speaker_finds(claus
 @pytest.mark.parametrize("clause, expected", [
     ("Researching sailing schools near the harbour", "is researching"),  # no verb after: what Wren does
     ("Cycling sounds like a lovely way to see the valley", None),         # a reaction to the listener
+    ("Working late and it makes me tired", None),                         # "makes" has its own subject
 ])
 def test_an_opening_ing_word_without_a_verb_after_it_is_what_the_speaker_does(clause, expected):
     from memdb.extraction import clauses
@@ -374,3 +376,7 @@ def test_the_model_never_reads_a_photo_caption_as_said():
                 content="Look at this! [shares a photo: a sign that says all are welcome]", ts="2026-05-01T10:00:00")
     shown = prompt.build_messages([said], [], [said])[-2]["content"]
     assert "Look at this!" in shown and "welcome" not in shown
+
+
+def test_this_as_a_pronoun_is_left_for_the_gate_not_made_a_noun():
+    assert "this for a while now" == persons.indefinite("has been dreaming of", "this for a while now")

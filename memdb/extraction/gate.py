@@ -264,7 +264,8 @@ def _said_of_a_person(record: dict, turn: str) -> bool:
     word = re.escape(be.group(1))
     name = re.escape(re.split(r"['’\s]", record.get("subject", "").strip())[0])
     person = _PERSON_BE.format(name=rf"|\b{name}\s+(?:is|are|was|were)\b" if name else "")
-    if be.group(1).lower().endswith("ing"):  # "is going swimming" from "I'm off to go swimming": the model's words
+    if be.group(1).lower().endswith("ing") and not re.match(r"(?:is|was)\s+going to be\b", record.get("predicate", "")):
+        # "is going swimming" from "I'm off to go swimming": the model's words ("is going to be" is the turn's "it's")
         return re.search(person, turn, re.I) is not None
     return re.search(rf"{person}\s+(?:[\w'-]+\s+){{0,3}}?{word}\b", turn, re.I) is not None
 

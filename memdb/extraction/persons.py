@@ -276,7 +276,8 @@ def indefinite(predicate: str, value: str) -> str:
     someone who was not there: "a lake sunrise". "realize | that self-care matters" keeps its
     "that" (en.toml: that_clause_verbs); these/those stay ("has known these friends": without
     them, which friends is lost)."""
-    m = re.match(r"(?:this|that)\s+(?=[a-z])(?!(?:it|he|she|they|we|i|you|there|her|his|their|my|our|the|a|an)\b)", value)
+    m = re.match(r"(?:this|that)\s+(?=[a-z])(?!(?:it|he|she|they|we|i|you|there|her|his|their|my|our|the|a|an|for|to|after|"
+                 r"before|with|in|on|at|from|by|about|as|is|was|and|or|but|so|because|when|if|too|again)\b)", value)
     last = predicate.split()[-1].lower() if predicate.split() else ""
     if not m or last in lexicon.words("en", "that_clause_verbs") or re.match(r"\S+\s+(?:is|was|are|were|has|had|will)\b", value[m.end():]):
         return value
