@@ -310,7 +310,8 @@ def test_a_models_is_note_must_be_said_of_a_person(predicate, obj, turn, expecte
     ("Wren", "won't let", "Bea down", False),                     # pep talk: the speakers' names add nothing
     ("Wren", "is going to keep", "going no matter what", False),
     ("Wren", "loves how", "Bea glazes her bowls", False),         # praise of the listener
-    ("Wren", "is off to", "do some research", False),              # talk about the talk
+    ("Wren", "has to tell", "Bea about this thing", False),         # talk about the talk
+    ("Wren", "wanted to tell", "Bea about her pottery fair", True),  # … that carries an event
     ("Wren", "will keep", "Bea posted", False),
     ("Wren", "loves how", "the harbour looks at dawn", True),       # her own taste, nobody else named
     ("Wren", "won't let", "the landlord raise the rent", True),
@@ -380,3 +381,9 @@ def test_the_model_never_reads_a_photo_caption_as_said():
 
 def test_this_as_a_pronoun_is_left_for_the_gate_not_made_a_noun():
     assert "this for a while now" == persons.indefinite("has been dreaming of", "this for a while now")
+
+
+def test_off_to_go_is_what_the_speaker_is_going_to_do():
+    from memdb.extraction import clauses
+    notes = clauses.notes("I'm off to go kayaking with my nephews.", "Wren", {"Wren"}, set(), "2026-06-10T10:00:00")
+    assert [("is going", "kayaking with my nephews")] == [(n["predicate"], n["object"]) for n in notes]

@@ -311,6 +311,7 @@ _ELIDED = re.compile(r"^(gonna|wanna|been|thought|got|went|had|started|finished|
 
 def _subject_first(clause: str) -> str:
     """The clause with the speaker's "I" first, where chat put something else first or left it out."""
+    clause = re.sub(r"\b(I['’]m|I am|we['’]re|we are) off to go ", r"\1 going ", clause, flags=re.I)  # "off to go swimming"
     lead = _lead(clause)
     if lead:
         moved = lead.group(1).strip(" ,")
