@@ -348,6 +348,10 @@ def test_the_speaker_said_again_in_a_chinese_note_is_never_the_name_twice(value,
     ("今天我想和你聊聊我的工作", ""),          # announces the talk
     ("有你的陪伴，感觉好多了", ""),
     ("对啊，周末去爬山了", "周末去爬山了"),
+    ("我会考虑这些建议", ""),                   # the assistant's advice, taken
+    ("你的语气让我很安心", ""),                 # about the assistant
+    ("你有没有喜欢的播客", ""),                 # a question without its ？
+    ("我会考虑换一家健身房，离家近点", "我会考虑换一家健身房，离家近点"),  # a plan of the speaker's own
 ])
 def test_chinese_talk_about_the_talk_and_bare_answers_are_cut(said, kept):
     from memdb.extraction import gate

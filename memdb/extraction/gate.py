@@ -170,7 +170,10 @@ def trim_zh(value: str, speaker: str) -> str:
         clause = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", clause)
         probe = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", probe)
         asks = "？" in sep or "?" in sep or probe.endswith(("吗", "咋办", "怎么办"))
-        chat = lexicon.alternation("zh", "chat_itself").search(probe)
+        chat = lexicon.alternation("zh", "chat_itself").search(probe) or lexicon.alternation("zh", "question_words").search(probe)
+        taken = lexicon.alternation("zh", "takes_advice").search(probe)
+        if taken and len(probe) - len(taken.group(0)) <= 4:  # "我会考虑这些建议": the assistant's advice, taken
+            continue
         if asks or chat or _ZH_SMALL_TALK.search(probe) or _small_talk_zh(probe) or _zh_request_or_verdict(probe):
             continue
         sep = re.sub(r"[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]", "", sep)
