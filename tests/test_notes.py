@@ -391,3 +391,21 @@ def test_off_to_go_is_what_the_speaker_is_going_to_do():
     from memdb.extraction import clauses
     notes = clauses.notes("I'm off to go kayaking with my nephews.", "Wren", {"Wren"}, set(), "2026-06-10T10:00:00")
     assert [("is going", "kayaking with my nephews")] == [(n["predicate"], n["object"]) for n in notes]
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("Please remember I'm allergic to walnuts.", ["Wren is allergic to walnuts"]),    # said to the memory
+    ("Note that my son is called Ezra.", ["Wren's son is called Ezra"]),
+    ("I can't stand coriander, please never put it in my food.", ["Wren can't stand coriander"]),  # the request goes
+])
+def test_what_is_said_to_the_memory_is_noted_without_the_request(said, expected):
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+
+    class NoModel:
+        def complete(self, *args, **kwargs):
+            return '{"a": []}'
+
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-06-10T10:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert expected == [codec.canonical_text(c.record) for c in candidates]

@@ -18,7 +18,7 @@ from .prefilter import FIRST_PERSON_WORDS, sentence_kind
 
 _VOCATIVE = re.compile(r"^[A-Z][a-z]+,\s*|,\s*[A-Z][a-z]+$")  # "Bea, ..." / "..., Rosalind"
 _CLAUSE = re.compile(r"\s*(?:;|:|—|–| - |, but |, and |, so |, which | but | and then | and (?=it |it's |that |this )"
-                     r"|,\s+(?=(?:I|I'm|I've|I'll|I'd|my|My|we|We|we're|We're)\b))\s*")
+                     r"|,\s+(?=(?:I|I'm|I've|I'll|I'd|my|My|we|We|we're|We're|please|Please)\b))\s*")
 _ZH_SENTENCE = re.compile(r"[^。！？!?；;\n]+")
 _BRACKETS = re.compile(r"\[[^\]]*\]|\([^)]*\)|（[^）]*）")
 # A clause worth a note names something: a durable verb about the speaker, a number, a name.
