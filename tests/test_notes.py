@@ -409,3 +409,43 @@ def test_what_is_said_to_the_memory_is_noted_without_the_request(said, expected)
     turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-06-10T10:00:00")
     candidates, _ = extract([turn], NoModel(), settings=Settings())
     assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("wants 'em to feel at home 'cause the shop is new", "wants them to feel at home because the shop is new"),
+    ("her fav dish", "her favourite dish"),
+    ("carving out some me-time", "carving out some time for myself"),   # persons.py then says it of the speaker
+    ("Emily's shop", "Emily's shop"),                                  # not inside a word
+])
+def test_chat_words_are_spelled_out_in_an_english_note(value, expected):
+    assert expected == persons.spelled_out(value)
+
+
+def test_off_to_go_and_a_verb_is_going_to():
+    from memdb.extraction import clauses
+    notes = clauses.notes("I'm off to go buy paint.", "Wren", {"Wren"}, set(), "2026-06-10T10:00:00")
+    assert [("is going to buy", "paint")] == [(n["predicate"], n["object"]) for n in notes]
+
+
+def test_two_sentences_run_together_are_no_note():
+    from memdb.extraction import gate
+    record = {"subject": "Wren", "predicate": "booked", "object": "the van they get the keys on Monday", "kind": "event"}
+    assert "two clauses glued" == gate.judge(record, "booked the van they get the keys on Monday", {"Wren"})
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("天气不错", "holds"), ("不过周末有空", "holds"), ("不吃香菜", "never"), ("不再喝奶茶了", "ended"),
+])
+def test_a_chinese_word_with_bu_that_negates_nothing_is_no_negation(body, expected):
+    assert expected == slots.polarity(body)
+
+
+def test_chinese_chat_leaving_the_speaker_out_after_a_remark_gets_the_name_there():
+    from memdb.extraction import clauses
+    assert {"subject": "苏禾", "object": "海风很舒服，我周末又去了趟海边"} == clauses._zh_record(
+        "海风很舒服，周末又去了趟海边", "苏禾", [])
+
+
+def test_a_chinese_request_after_two_leading_words_is_cut():
+    from memdb.extraction import gate
+    assert "" == gate.trim_zh("那么请帮我推荐一本书", "苏禾")

@@ -151,9 +151,17 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
         if clause.startswith(name):
             return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
     if speaker_says_zh(clause):
-        first = re.split(r"[，,\s]+", clause, maxsplit=1)[0]
-        if not clause.startswith("我") and _piece_is_the_speakers(first, first=True) and not re.match(r"[A-Za-z0-9]", clause):
-            clause = "我" + clause  # chat leaves the speaker out ("也觉得健身对我帮助很大"): said back in, once
+        # Chat leaves the speaker out ("也觉得健身对我帮助很大", "天气不错，都出去逛了一圈"): 我 is
+        # said back in, once, before the first comma-part that opens as the speaker's.
+        parts = re.split(r"([，,]\s*)", clause)
+        for i in range(0, len(parts), 2):
+            if not parts[i].startswith("我") and _piece_is_the_speakers(parts[i], first=i == 0) \
+                    and not re.match(r"[A-Za-z0-9]", parts[i]) and "我" not in "".join(parts[:i]):
+                parts[i] = "我" + parts[i]
+                break
+            if "我" in parts[i]:
+                break
+        clause = "".join(parts)
         return {"subject": speaker, "object": clause}  # gate.repair_persons names 我 where it stands
     return None  # "才周四", "她又抱回来一张奖状": about something or someone the clause does not name
 
@@ -311,7 +319,9 @@ _ELIDED = re.compile(r"^(gonna|wanna|been|thought|got|went|had|started|finished|
 
 def _subject_first(clause: str) -> str:
     """The clause with the speaker's "I" first, where chat put something else first or left it out."""
-    clause = re.sub(r"\b(I['’]m|I am|we['’]re|we are) off to go ", r"\1 going ", clause, flags=re.I)  # "off to go swimming"
+    # "I'm off to go swimming" → "I'm going swimming"; "off to go do some research" → "going to do …"
+    clause = re.sub(r"\b(I['’]m|I am|we['’]re|we are) off to go (?!\w+ing\b)", r"\1 going to ", clause, flags=re.I)
+    clause = re.sub(r"\b(I['’]m|I am|we['’]re|we are) off to go ", r"\1 going ", clause, flags=re.I)
     lead = _lead(clause)
     if lead:
         moved = lead.group(1).strip(" ,")

@@ -244,6 +244,10 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
         if extractive and record["subject"] == speaker and trimmed != record["object"] and not clauses.speaker_says_zh(trimmed):
             return None, "not about the speaker"  # "帮我写个查询，数据量几千万行" less its request
         record["object"] = trimmed
+    if not zh:  # chat words spelled out before persons are named ("me-time" → "time for myself" → "… herself")
+        for part in ("predicate", "object"):
+            if record.get(part):
+                record[part] = persons.spelled_out(record[part])
     record = gate.repair_persons(record, speaker, listener, zh, pronouns)
     if not zh and record.get("object"):
         record["object"] = persons.indefinite(record.get("predicate", ""), record["object"])

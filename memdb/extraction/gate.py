@@ -157,7 +157,7 @@ def _zh_request_or_verdict(clause: str) -> bool:
     # "你帮我看看…", "所以你给我写代码…": a request to the assistant; "这个思路可以": a verdict on
     # its answer (lexicon/zh.toml: request_leads, requests, verdicts).
     leads = lexicon.alternation("zh", "request_leads").pattern
-    return bool(re.match(rf"(?:{leads})?(?:{lexicon.alternation('zh', 'requests').pattern})", clause)
+    return bool(re.match(rf"(?:{leads})*(?:{lexicon.alternation('zh', 'requests').pattern})", clause)
                 or re.search(rf"(?:{lexicon.alternation('zh', 'verdicts').pattern})$", clause))
 
 
@@ -302,6 +302,10 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "from a question"
     if SECOND_PERSON.search(sentence) and not FIRST_PERSON_WORDS.search(sentence) or _REACTION.search(sentence):
         return "about the listener"  # praise or feelings about the other person: theirs to tell
+    glued = re.search(r"\b([\w'-]+)\s+(?:they|he|she|we)\s+(?:get|got|are|were|was|is|have|had|will|really|make|made|keep|kept)\b",
+                      said, re.I)
+    if glued and glued.group(1).lower() not in lexicon.words("en", "clause_joints"):
+        return "two clauses glued"  # "booked | the movers they get the keys": two sentences, the stop lost
     if said.rstrip().endswith("?"):
         return "a question"  # "… or plan something special, just the two of them?"
     if lexicon.alternation("en", "chat_meta").search(said):

@@ -271,6 +271,14 @@ def drop_repeated_subject(subject: str, value: str) -> str:
     return stripped
 
 
+def spelled_out(value: str) -> str:
+    """Chat words in an English note as a note spells them (en.toml: colloquial)."""
+    for pair in lexicon.words("en", "colloquial"):
+        said, written = pair.split("=", 1)
+        value = re.sub(rf"(?<![\w'-]){re.escape(said)}(?![\w'-])", written, value, flags=re.I)
+    return value
+
+
 def indefinite(predicate: str, value: str) -> str:
     """An object that points into the chat ("painted | that lake sunrise") as a note says it to
     someone who was not there: "a lake sunrise". "realize | that self-care matters" keeps its

@@ -147,6 +147,8 @@ def polarity(body: str) -> str:
     """"ended" when the note says something stopped holding, "never" when it is negated,
     else "holds"."""
     lang = "zh" if text.has_cjk(body) else "en"
+    if lang == "zh":  # 不错, 不过, 不少 hold a 不 that negates nothing (zh.toml: not_negation)
+        body = lexicon.alternation("zh", "not_negation").sub("", body)
     ended = lexicon.alternation(lang, "ended").search(body)
     if ended and not (lang == "en" and lexicon.alternation("en", "not_an_ending").match(body[ended.end():].lstrip())):
         return "ended"
