@@ -214,13 +214,20 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     if re.match(r"i\b|i['’]", clause, re.I):
         return {"subject": speaker, **_verb_and_rest(persons.drop_leading_i(clause))}
     found = gerund_subject(clause)
+    if found and re.match(r"(?:is|was|been|can be|could be|will be|has been|had been)$", found.group(3), re.I):
+        return None  # "Taking risks is scary", "Drawing is my fave": an opinion, not what happened to the speaker
     if found:  # "Painting helps me unwind" → "Ana finds that painting helps her unwind"
         said = found.group(3).lower().split()[0]
         verb = "found that" if said in lexicon.words("en", "past_forms") or said.endswith("ed") or said in ("was", "had") \
             else "finds that"
         return {"subject": speaker, "predicate": verb, "object": clause[:1].lower() + clause[1:]}
     if re.match(r"we\b|we['’]", clause, re.I):  # "we use Go" → "Ana's team uses Go"
-        return {"subject": persons.we_are(clause, speaker), **_verb_and_rest(_we_verb(clause))}
+        group = persons.we_are(clause, speaker)
+        rest = _we_verb(clause)
+        if group != speaker:  # "our family camping trip" of "Ana's family" is theirs, not hers
+            rest = re.sub(r"\b(our|us|ourselves)\b", lambda m: {"our": "their", "us": "them"}.get(m.group(1).lower(), "themselves"),
+                          rest, flags=re.I)
+        return {"subject": group, **_verb_and_rest(rest)}
     for name in others:
         if clause.startswith(name + " "):
             return {"subject": name, "object": clause[len(name) + 1:]}
