@@ -190,14 +190,15 @@ def main() -> None:
 
         llm = ReplayLLM(llama.load_llm(None, threads=2), args.replay)
     args.db_dir.mkdir(parents=True, exist_ok=True)
-    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.build_only:  # a build writes only to --db-dir, never to the committed results
+        args.out.mkdir(parents=True, exist_ok=True)
     paths = {s["sample_id"]: args.db_dir / f"{s['sample_id']}.db" for s in samples}
     built = {}
     for sample in samples:
         built[sample["sample_id"]] = build(paths[sample["sample_id"]], sample, llm)
         if args.replay:
             llm.save()
-    record_command(args.out, "build" if args.build_only else "prepare")
+    record_command(args.db_dir if args.build_only else args.out, "build" if args.build_only else "prepare")
     if args.build_only:
         return
 
