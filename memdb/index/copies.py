@@ -43,7 +43,7 @@ import numpy as np
 from .. import codec
 from ..db import connection
 from ..vecmath import hamming, sign_codes, unit
-from . import copyfiles
+from . import chunks, copyfiles
 
 log = logging.getLogger("memdb")
 
@@ -225,6 +225,7 @@ class VectorCopies(Held):
         self.queries = np.empty((0, 0), np.float32)  # ... these, unit length
         # id of a part -> (the part, its rows then, each expected vector's nearest rows)
         self.batches: dict[int, tuple[VectorCopy, int, np.ndarray]] = {}
+        self.streamed: set[tuple[str, str]] = set()  # users over the budget, ranked from vec0's chunks
 
     def expect(self, vectors: np.ndarray) -> None:
         """Vectors about to be ranked one after another (an extraction batch's atoms, each
@@ -243,7 +244,12 @@ class VectorCopies(Held):
         part by its 1-bit codes first (VectorCopy.top_k); 0: exactly."""
         parts = self._parts(conn, layer, user)
         if parts is None:
-            return None
+            if (layer, user) not in self.streamed:
+                return None
+            # Too large for the budget: ranked by reading vec0's chunks, exactly (chunks.py).
+            with self.blas_limit():
+                return chunks.top_k(conn, LAYERS[layer][1], user, unit(query), k,
+                                    self._superseded(conn, layer, user) if active_only else np.empty(0, np.int64))
         raw = np.asarray(query, np.float32)
         batched = self.expected.get(raw.tobytes())
         if batched is None and layer == "atoms" and not conn.getautocommit() and len(self.expected) <= 1:
@@ -320,19 +326,23 @@ class VectorCopies(Held):
         if self.files is not None and self.vector_copy_bytes and count >= max(self.file_min, self.vector_copy_min, 1) \
                 and dim:
             base = self._mapped(conn, layer, user, epoch, count, upto, dim)
+        self.streamed.discard((layer, user))
         if base is None and (count < self.vector_copy_min or not dim or count * dim * 4 > self.vector_copy_bytes):
             self.small[(layer, user)] = now
+            if dim and count >= max(self.vector_copy_min, chunks.MIN_ROWS) and self.vector_copy_bytes:
+                self.streamed.add((layer, user))  # too large for the budget, not too small
             return None
         copy = VectorCopy.empty(dim, capacity=0 if base else count + count // SPARE, epoch=epoch, stamp=now, base=base)
-        self._catch_up(conn, layer, user, copy)
+        self._catch_up(conn, layer, user, copy, held=0 if base else count)
         if base is not None and copy.n > max(self.file_min, base.n // 4):
             self._refresh_file(conn, layer, user, copy)
         self.copies[(layer, user)] = copy
         self._evict()
         return copy
 
-    def _catch_up(self, conn: apsw.Connection, layer: str, user: str, copy: VectorCopy) -> None:
-        self._read_rows(conn, layer, user, copy, after=copy.last_id, held=copy.rows)
+    def _catch_up(self, conn: apsw.Connection, layer: str, user: str, copy: VectorCopy,
+                  held: int | None = None) -> None:
+        self._read_rows(conn, layer, user, copy, after=copy.last_id, held=copy.rows if held is None else held)
         if layer == "atoms":
             superseded = self._superseded(conn, layer, user)
             for part in copy.parts():
@@ -422,11 +432,18 @@ class VectorCopies(Held):
                    held: int, upto: int | None = None) -> None:
         """Append the user's vectors with ids above after, up to upto (held: how many the user had)."""
         table, vec_table, key = LAYERS[layer]
+        last = conn.execute(f'select coalesce(max("id"), 0) from "{table}"').fetchone()[0]
+        if held >= chunks.MIN_ROWS and into.n == 0 and after == 0:
+            # A large user read whole: vec0's chunks in order, a chunk a row (chunks.py).
+            found = chunks.read(conn, vec_table, user, into.matrix.shape[1], after, last if upto is None else upto,
+                                held, lambda ids, vectors: into.append(ids, unit(vectors)))
+            if found is not None:
+                return
+            into.n = 0  # not the layout chunks.py knows: row by row
         # Walk the ids above `after` when they are few (a file of one user, or a user who wrote
         # most of what came since); else the user's index, since other users' rows came
         # between ("+" keeps SQLite off the index in the first case). Then one vec0 point
         # lookup per row.
-        last = conn.execute(f'select coalesce(max("id"), 0) from "{table}"').fetchone()[0]
         by_id = after > 0 and last - after <= 4 * held
         where = 't."id" > ?1 and +t."user" = ?2' if by_id else 't."user" = ?2 and t."id" > ?1'
         cursor = conn.execute(

@@ -1,0 +1,146 @@
+"""A large user's vectors read out of vec0's chunks in bulk (index/chunks.py) for a copy: the
+same rows, in id order, as one point lookup a row; anything out of the way read row by row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import memdb
+from memdb import vecmath
+from memdb.db import connection
+from memdb.db import rows as db_rows
+from memdb.index import chunks
+
+DIM = 64  # the HashEmbedder's
+
+
+@pytest.fixture
+def copied(db_path, embedder, monkeypatch):
+    """A Memory whose copies of any size are read through the chunks."""
+    monkeypatch.setattr(chunks, "MIN_ROWS", 1)
+    with memdb.open(db_path, embedder=embedder, extract="defer",
+                    settings=memdb.Settings(vector_copy_min=1)) as m:
+        yield m
+
+
+def unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def insert(mem, vectors: np.ndarray, user: str) -> list[int]:
+    with connection.write(mem.conn):
+        return [db_rows.insert_atom(mem.conn, user=user, record={"kind": "fact", "subject": "s", "predicate": "is",
+                                                               "object": f"thing{i}"},
+                                  confidence=0.8, turn_ids=[], first_seen="2026-01-01T00:00:00",
+                                  last_seen="2026-01-01T00:00:00", vector=v)
+                for i, v in enumerate(vectors)]
+
+
+def point_lookups(mem, user: str) -> tuple[list[int], np.ndarray]:
+    rows = mem.conn.execute('select a."id", v."embedding" from "atoms" a join "atoms_vec" v on v."atom_id" = a."id" '
+                            'where a."user" = ? order by a."id"', (user,)).fetchall()
+    return [r[0] for r in rows], np.stack([np.frombuffer(r[1], np.float32) for r in rows])
+
+
+def bulk(mem, user: str, after: int = 0, upto: int = 10**9) -> tuple[int | None, list[int], np.ndarray]:
+    got_ids, got_vectors = [], []
+
+    def append(ids, vectors):
+        got_ids.extend(ids.tolist())
+        got_vectors.append(vectors)
+
+    found = chunks.read(mem.conn, "atoms_vec", user, DIM, after, upto, 10**6, append)
+    return found, got_ids, np.concatenate(got_vectors) if got_vectors else np.empty((0, DIM), np.float32)
+
+
+def knn(mem, query: np.ndarray, k: int, user: str) -> list[int]:
+    return [i for (i,) in mem.conn.execute(
+        "select atom_id from atoms_vec where embedding match ? and k = ? and user = ? and active = 1",
+        (vecmath.as_blob(query), k, user))]
+
+
+def test_the_chunks_hold_what_point_lookups_read_in_id_order(copied):
+    rng = np.random.default_rng(5)
+    # Two users written in turns, so that their chunks interleave; then holes in alice's.
+    for _ in range(3):
+        insert(copied, unit(rng, 13), "alice")
+        insert(copied, unit(rng, 6), "bob")
+    ids, _ = point_lookups(copied, "alice")
+    for gone in (ids[0], ids[9], ids[20]):
+        copied.forget(atom_id=gone, user="alice")
+    expected_ids, expected_vectors = point_lookups(copied, "alice")
+    found, actual_ids, actual_vectors = bulk(copied, "alice")
+    assert (36, expected_ids) == (found, actual_ids)
+    assert np.array_equal(expected_vectors, actual_vectors)
+    # An id range, as a copy's catch-up would ask
+    found, actual_ids, _ = bulk(copied, "alice", after=expected_ids[4], upto=expected_ids[30])
+    assert (26, expected_ids[5:31]) == (found, actual_ids)
+
+
+def test_ids_out_of_order_or_too_many_rows_are_left_to_point_lookups(copied):
+    rng = np.random.default_rng(6)
+    ids = insert(copied, unit(rng, 20), "alice")
+    assert bulk(copied, "alice")[0] == 20
+    assert chunks.read(copied.conn, "atoms_vec", "alice", DIM, 0, 10**9, 19, lambda i, v: None) is None
+    # A vector stored again for an old row lands in the newest chunk, after newer ids.
+    with connection.write(copied.conn):
+        copied.conn.execute("delete from atoms_vec where atom_id = ?", (ids[3],))
+        copied.conn.execute("insert into atoms_vec (atom_id, user, active, embedding) values (?, 'alice', 1, ?)",
+                            (ids[3], vecmath.as_blob(unit(rng, 1)[0])))
+    assert bulk(copied, "alice")[0] is None
+
+
+def test_a_copy_read_through_the_chunks_ranks_like_vec0(copied, monkeypatch):
+    rng = np.random.default_rng(7)
+    insert(copied, unit(rng, 150), "alice")
+    insert(copied, unit(rng, 40), "bob")
+    more = insert(copied, unit(rng, 60), "alice")
+    copied.forget(atom_id=more[0], user="alice")
+    read = []
+    monkeypatch.setattr(chunks, "read", lambda *a, **kw: read.append(a[2]) or original(*a, **kw))
+    for query in unit(rng, 10):
+        assert knn(copied, query, 20, "alice") == [i for i, _ in copied.copies.top_k(copied.conn, "atoms", "alice", query, 20)]
+    assert ["alice"] == read  # loaded once, through the chunks
+    assert 209 == copied.copies.copies[("atoms", "alice")].n
+
+
+original = chunks.read
+
+
+def test_a_layout_other_than_the_known_one_is_read_row_by_row(copied, monkeypatch):
+    rng = np.random.default_rng(8)
+    insert(copied, unit(rng, 50), "alice")
+    monkeypatch.setattr(chunks, "_CHUNK_COLUMNS", ["chunk_id", "size", "validity", "rowids"])
+    assert bulk(copied, "alice")[0] is None
+    for query in unit(rng, 5):
+        assert knn(copied, query, 10, "alice") == [i for i, _ in copied.copies.top_k(copied.conn, "atoms", "alice", query, 10)]
+    assert 50 == copied.copies.copies[("atoms", "alice")].n
+
+
+def test_a_user_over_the_budget_is_ranked_from_the_chunks_exactly(db_path, embedder, monkeypatch):
+    monkeypatch.setattr(chunks, "MIN_ROWS", 1)
+    rng = np.random.default_rng(9)
+    # Room for bob's 40 vectors, not for alice's 300 (64 floats each).
+    with memdb.open(db_path, embedder=embedder, extract="defer",
+                    settings=memdb.Settings(vector_copy_min=1, vector_copy_mb=100 * DIM * 4 / 2**20)) as mem:
+        ids = insert(mem, unit(rng, 150), "alice")
+        insert(mem, unit(rng, 40), "bob")
+        insert(mem, unit(rng, 150), "alice")
+        with connection.write(mem.conn):
+            db_rows.set_atom_status(mem.conn, ids[7], "superseded")
+        for query in unit(rng, 10):
+            expected = [(i, 1.0 - d) for i, d in mem.conn.execute(
+                "select atom_id, distance from atoms_vec where embedding match ? and k = 20 and user = 'alice' "
+                "and active = 1", (vecmath.as_blob(query),))]
+            actual = mem.copies.top_k(mem.conn, "atoms", "alice", query, 20)
+            assert [i for i, _ in expected] == [i for i, _ in actual]
+            assert np.allclose([s for _, s in expected], [s for _, s in actual], atol=1e-5)
+        own = np.frombuffer(mem.conn.execute("select embedding from atoms_vec where atom_id = ?",
+                                             (ids[7],)).fetchone()[0], np.float32)
+        assert ids[7] == mem.copies.top_k(mem.conn, "atoms", "alice", own, 1, active_only=False)[0][0]
+        assert ids[7] not in [i for i, _ in mem.copies.top_k(mem.conn, "atoms", "alice", own, 5)]
+        mem.copies.top_k(mem.conn, "atoms", "bob", own, 5)
+        assert [("atoms", "bob")] == list(mem.copies.copies)  # alice is kept nowhere
+        assert {("atoms", "alice")} == mem.copies.streamed
