@@ -15,9 +15,11 @@ in --dir and reused) and then measured in a fresh process:
   reference (the same copies, every vector ranked exactly: Settings.vector_rescore=0, and full
   bm25 from the keyword copies, with each user's own statistics), today's main (--main: a
   checkout's memdb imported beside this one, on its own copies), the plain design a user could
-  build in an afternoon (FTS5 bm25 + sqlite-vec KNN + RRF in Python, plain_search) and memdb's
-  fusion with every side asked of SQLite (vec0 KNN, bm25 on all terms); hit@10 and MRR of the
-  atom each query was written from, for each.
+  build in an afternoon (FTS5 bm25 + sqlite-vec KNN + RRF in Python, plain_search; and asking
+  each side for only k candidates, plain_k_search), memdb with fusion="rrf" (rrf_search: the
+  plain design's fusion, for a comparison at equal recall) and memdb's fusion with every side
+  asked of SQLite (vec0 KNN, bm25 on all terms); hit@10 and MRR of the atom each query was
+  written from, for each.
 - the floor: numpy brute-force cosine top-k over the same vectors held in memory, with BLAS on
   one thread (sqlite-vec is single-threaded) and with its default threads; the vector stage
   over the one-thread floor is the ratio reported. recall@10 of the KNN against exact search.
@@ -156,7 +158,8 @@ def stage_times(conn, copies: VectorCopies, keywords: KeywordCopies, settings: S
     return t_kw, t_vec, top
 
 
-STAGES = ("keyword", "vector", "statement", "search", "exact_search", "main_search", "plain_search", "baseline_search")
+STAGES = ("keyword", "vector", "statement", "search", "rrf_search", "exact_search", "main_search", "plain_search",
+          "plain_k_search", "baseline_search")
 
 
 def plain_search(conn, query: str, qvec: np.ndarray, user: str, layer: str, k: int, pool: int) -> list[tuple[str, int]]:
@@ -327,7 +330,8 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     plain = Settings(keyword_postings=0)
     times: dict[tuple, list[float]] = {}
     knn_ids: list[list[int]] = []
-    found: dict[str, list[int | None]] = {"memdb": [], "exact": [], "main": [], "plain": [], "baseline": []}
+    found: dict[str, list[int | None]] = {"memdb": [], "exact": [], "main": [], "plain": [], "baseline": [],
+                                          "rrf": [], "plain_k": []}
     for i, (q, v) in enumerate(zip(qs, qvecs)):
         gold = gold_ids(conn, q)
         for layer in ("atoms", "both"):
@@ -339,9 +343,15 @@ def cmd_measure(args: argparse.Namespace) -> dict:
             t_search, hits = timed(lambda: ours(q, v, layer))
             t_exact, hits_exact = timed(lambda: ours(q, v, layer, exact))
             t_plain, hits_plain = timed(lambda: plain_search(conn, q["query"], v, q["user"], layer, K, pool))
+            # For a comparison at equal recall: memdb with reciprocal rank fusion (the plain
+            # design's fusion), and the plain design asking each side for only k candidates.
+            t_rrf, hits_rrf = timed(lambda: search_fusion.search(conn, search_fusion.Query(
+                q["query"], user=q["user"], k=K, layer=layer, vector=v, fusion="rrf"), engine))
+            t_plain_k, hits_plain_k = timed(lambda: plain_search(conn, q["query"], v, q["user"], layer, K, K))
             stages = [("keyword", t_kw), ("vector", t_vec), ("statement", t_stmt), ("search", t_search),
-                      ("exact_search", t_exact), ("plain_search", t_plain)]
-            ranks = {"memdb": hits, "exact": hits_exact, "plain": hits_plain}
+                      ("exact_search", t_exact), ("plain_search", t_plain), ("rrf_search", t_rrf),
+                      ("plain_k_search", t_plain_k)]
+            ranks = {"memdb": hits, "exact": hits_exact, "plain": hits_plain, "rrf": hits_rrf, "plain_k": hits_plain_k}
             if main_search is not None:
                 t_main, ranks["main"] = timed(lambda: main_search(q, v, layer))
                 stages.append(("main_search", t_main))
@@ -358,11 +368,15 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     found = {name: ranks for name, ranks in found.items() if ranks}
     out["latency_ms"] = {layer: {stage: summary(times[(layer, stage)]) for stage in STAGES if (layer, stage) in times}
                          for layer in ("atoms", "both")}
-    for other in ("baseline", "plain", "main", "exact"):
+    for other in ("baseline", "plain", "main", "exact", "plain_k"):
         if f"{other}_search" in out["latency_ms"]["atoms"]:
             out[f"search_speedup_vs_{other}"] = {
                 layer: {p: round(out["latency_ms"][layer][f"{other}_search"][p] / out["latency_ms"][layer]["search"][p], 2)
                         for p in ("p50", "p95")} for layer in ("atoms", "both")}
+    # The plain design beside memdb with its fusion (RRF), the pair to compare where hit@10 is the same.
+    out["plain_over_rrf"] = {layer: {p: round(out["latency_ms"][layer]["plain_search"][p] /
+                                              out["latency_ms"][layer]["rrf_search"][p], 2) for p in ("p50", "p95")}
+                             for layer in ("atoms", "both")}
     out["gold_atoms"] = {name: quality(ranks) for name, ranks in found.items()}
     out["maxrss_mb_search"] = round(maxrss_mb())
 
