@@ -118,29 +118,3 @@ def test_a_layout_other_than_the_known_one_is_read_row_by_row(copied, monkeypatc
         assert knn(copied, query, 10, "alice") == [i for i, _ in copied.copies.top_k(copied.conn, "atoms", "alice", query, 10)]
     assert 50 == copied.copies.copies[("atoms", "alice")].n
 
-
-def test_a_user_over_the_budget_is_ranked_from_the_chunks_exactly(db_path, embedder, monkeypatch):
-    monkeypatch.setattr(chunks, "MIN_ROWS", 1)
-    rng = np.random.default_rng(9)
-    # Room for bob's 40 vectors, not for alice's 300 (64 floats each).
-    with memdb.open(db_path, embedder=embedder, extract="defer",
-                    settings=memdb.Settings(vector_copy_min=1, vector_copy_mb=100 * DIM * 4 / 2**20)) as mem:
-        ids = insert(mem, unit(rng, 150), "alice")
-        insert(mem, unit(rng, 40), "bob")
-        insert(mem, unit(rng, 150), "alice")
-        with connection.write(mem.conn):
-            db_rows.set_atom_status(mem.conn, ids[7], "superseded")
-        for query in unit(rng, 10):
-            expected = [(i, 1.0 - d) for i, d in mem.conn.execute(
-                "select atom_id, distance from atoms_vec where embedding match ? and k = 20 and user = 'alice' "
-                "and active = 1", (vecmath.as_blob(query),))]
-            actual = mem.copies.top_k(mem.conn, "atoms", "alice", query, 20)
-            assert [i for i, _ in expected] == [i for i, _ in actual]
-            assert np.allclose([s for _, s in expected], [s for _, s in actual], atol=1e-5)
-        own = np.frombuffer(mem.conn.execute("select embedding from atoms_vec where atom_id = ?",
-                                             (ids[7],)).fetchone()[0], np.float32)
-        assert ids[7] == mem.copies.top_k(mem.conn, "atoms", "alice", own, 1, active_only=False)[0][0]
-        assert ids[7] not in [i for i, _ in mem.copies.top_k(mem.conn, "atoms", "alice", own, 5)]
-        mem.copies.top_k(mem.conn, "atoms", "bob", own, 5)
-        assert [("atoms", "bob")] == list(mem.copies.copies)  # alice is kept nowhere
-        assert {("atoms", "alice")} == mem.copies.streamed

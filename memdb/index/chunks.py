@@ -36,12 +36,11 @@ def _layout_known(conn: apsw.Connection, table: str) -> bool:
 
 
 def read(conn: apsw.Connection, table: str, user: str, dim: int, after: int, upto: int, most: int,
-         append: Callable[[np.ndarray, np.ndarray], None], *, ordered: bool = True) -> int | None:
+         append: Callable[[np.ndarray, np.ndarray], None]) -> int | None:
     """Pass the user's vectors in table (a vec0 table partitioned by user) with ids in
     (after, upto], in id order, to append(ids, vectors) a batch at a time; returns how many,
     or None when they could not be read this way (the layout is not the one known, the ids are
-    not in order (unless not ordered), more than most rows were found): then what was appended
-    must be dropped."""
+    not in order, more than most rows were found): then what was appended must be dropped."""
     if not _layout_known(conn, table):
         return None
     # "+": the vector chunks' key column is declared without a type, so a bare integer
@@ -68,7 +67,7 @@ def read(conn: apsw.Connection, table: str, user: str, dim: int, after: int, upt
         if not keep.any():
             continue
         ids = ids[keep]
-        if ordered and (ids[0] <= last or (len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])))):
+        if ids[0] <= last or (len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1]))):
             return None  # out of id order (a vector stored after newer rows): row by row instead
         read_so_far += len(ids)
         if read_so_far > most:
@@ -78,29 +77,3 @@ def read(conn: apsw.Connection, table: str, user: str, dim: int, after: int, upt
         last = int(ids[-1])
     return read_so_far
 
-
-def top_k(conn: apsw.Connection, table: str, user: str, query: np.ndarray, k: int,
-          left_out: np.ndarray) -> list[tuple[int, float]] | None:
-    """The k nearest of the user's vectors to query (unit length) as (id, cosine), best first,
-    rows whose ids are in left_out (sorted) left out, read chunk by chunk and kept nowhere: for
-    a user too large for a copy in memory. Exact, like vec0's KNN, which reads the same chunks
-    and scores them one by one. None when the layout is not the one known (vec0 answers)."""
-    best_ids, best_scores = np.empty(0, np.int64), np.empty(0, np.float32)
-
-    def rank(ids: np.ndarray, vectors: np.ndarray) -> None:
-        nonlocal best_ids, best_scores
-        norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
-        scores = (vectors @ query) / np.where(norms > 0, norms, np.float32(1.0))
-        if len(left_out):
-            at = np.minimum(np.searchsorted(left_out, ids), len(left_out) - 1)
-            scores[left_out[at] == ids] = -np.inf
-        ids, scores = np.concatenate([best_ids, ids]), np.concatenate([best_scores, scores])
-        if len(scores) > k:
-            keep = np.argpartition(-scores, k)[:k]
-            ids, scores = ids[keep], scores[keep]
-        best_ids, best_scores = ids, scores
-
-    if read(conn, table, user, len(query), 0, 2**63 - 1, 2**63 - 1, rank, ordered=False) is None:
-        return None
-    order = np.lexsort((best_ids, -best_scores))  # ties by id, as a copy in id order breaks them
-    return [(int(best_ids[i]), float(best_scores[i])) for i in order if best_scores[i] != -np.inf]

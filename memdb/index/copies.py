@@ -225,7 +225,6 @@ class VectorCopies(Held):
         self.queries = np.empty((0, 0), np.float32)  # ... these, unit length
         # id of a part -> (the part, its rows then, each expected vector's nearest rows)
         self.batches: dict[int, tuple[VectorCopy, int, np.ndarray]] = {}
-        self.streamed: set[tuple[str, str]] = set()  # users over the budget, ranked from vec0's chunks
 
     def expect(self, vectors: np.ndarray) -> None:
         """Vectors about to be ranked one after another (an extraction batch's atoms, each
@@ -244,12 +243,7 @@ class VectorCopies(Held):
         part by its 1-bit codes first (VectorCopy.top_k); 0: exactly."""
         parts = self._parts(conn, layer, user)
         if parts is None:
-            if (layer, user) not in self.streamed:
-                return None
-            # Too large for the budget: ranked by reading vec0's chunks, exactly (chunks.py).
-            with self.blas_limit():
-                return chunks.top_k(conn, LAYERS[layer][1], user, unit(query), k,
-                                    self._superseded(conn, layer, user) if active_only else np.empty(0, np.int64))
+            return None
         raw = np.asarray(query, np.float32)
         batched = self.expected.get(raw.tobytes())
         if batched is None and layer == "atoms" and not conn.getautocommit() and len(self.expected) <= 1:
@@ -326,11 +320,8 @@ class VectorCopies(Held):
         if self.files is not None and self.vector_copy_bytes and count >= max(self.file_min, self.vector_copy_min, 1) \
                 and dim:
             base = self._mapped(conn, layer, user, epoch, count, upto, dim)
-        self.streamed.discard((layer, user))
         if base is None and (count < self.vector_copy_min or not dim or count * dim * 4 > self.vector_copy_bytes):
             self.small[(layer, user)] = now
-            if dim and count >= max(self.vector_copy_min, chunks.MIN_ROWS) and self.vector_copy_bytes:
-                self.streamed.add((layer, user))  # too large for the budget, not too small
             return None
         copy = VectorCopy.empty(dim, capacity=0 if base else count + count // SPARE, epoch=epoch, stamp=now, base=base)
         self._catch_up(conn, layer, user, copy, held=0 if base else count)
