@@ -118,3 +118,60 @@ def test_a_layout_other_than_the_known_one_is_read_row_by_row(copied, monkeypatc
         assert knn(copied, query, 10, "alice") == [i for i, _ in copied.copies.top_k(copied.conn, "atoms", "alice", query, 10)]
     assert 50 == copied.copies.copies[("atoms", "alice")].n
 
+
+
+def test_a_large_users_copy_is_read_in_the_background_and_brought_up_to_date(db_path, embedder):
+    rng = np.random.default_rng(10)
+    settings = memdb.Settings(vector_copy_min=1, vector_copy_background=100)
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as mem:
+        ids = insert(mem, unit(rng, 150), "alice")
+        query = unit(rng, 1)[0]
+        assert None is mem.copies.top_k(mem.conn, "atoms", "alice", query, 10)  # vec0 answers meanwhile
+        assert [("atoms", "alice")] == list(mem.copies.building)
+        assert [] == list(mem.copies.copies)
+        mem.copies.wait()
+        # Written and superseded after the copy was read, before it was adopted:
+        later = insert(mem, unit(rng, 5), "alice")
+        with connection.write(mem.conn):
+            db_rows.set_atom_status(mem.conn, ids[2], "superseded")
+        for vector in [query, *unit(rng, 5)]:
+            assert knn(mem, vector, 20, "alice") == [i for i, _ in mem.copies.top_k(mem.conn, "atoms", "alice", vector, 20)]
+        assert 155 == mem.copies.copies[("atoms", "alice")].n
+        assert later[0] == mem.copies.top_k(mem.conn, "atoms", "alice", mem_vector(mem, later[0]), 1)[0][0]
+
+
+def mem_vector(mem, atom_id: int) -> np.ndarray:
+    return np.frombuffer(mem.conn.execute("select embedding from atoms_vec where atom_id = ?", (atom_id,)).fetchone()[0],
+                         np.float32)
+
+
+def test_search_starts_the_read_it_asked_for_and_finds_the_same_hits(db_path, embedder):
+    settings = memdb.Settings(vector_copy_min=1, vector_copy_background=20)
+    with memdb.open(db_path, embedder=embedder, extract="defer", settings=settings) as mem:
+        for i in range(30):
+            mem.add([{"content": f"note {i}: the ferry to the island leaves at {i} o'clock"}], user="alice")
+        expected = [h.id for h in mem.search("when does the ferry leave", user="alice", layer="turns")]  # vec0's
+        assert all(thread.ident is not None for thread in mem.copies.building.values())
+        mem.copies.wait()
+        assert expected == [h.id for h in mem.search("when does the ferry leave", user="alice", layer="turns")]
+        assert ("turns", "alice") in mem.copies.copies
+
+
+def test_close_stops_a_read_in_the_background(db_path, embedder):
+    rng = np.random.default_rng(11)
+    mem = memdb.open(db_path, embedder=embedder, extract="defer",
+                     settings=memdb.Settings(vector_copy_min=1, vector_copy_background=10))
+    insert(mem, unit(rng, 40), "alice")
+    mem.copies.top_k(mem.conn, "atoms", "alice", unit(rng, 1)[0], 5)
+    mem.copies.stopping.set()  # as close() does, before the thread reads its first batch
+    mem.copies.wait()
+    assert (None, {}) == (mem.copies.ready[("atoms", "alice")], mem.copies.building)
+    mem.close()
+
+
+def test_an_in_memory_file_reads_its_copies_itself(embedder):
+    with memdb.open(":memory:", embedder=embedder, extract="defer",
+                    settings=memdb.Settings(vector_copy_min=1, vector_copy_background=10)) as mem:
+        insert(mem, unit(np.random.default_rng(12), 40), "alice")
+        assert mem.copies.top_k(mem.conn, "atoms", "alice", unit(np.random.default_rng(13), 1)[0], 5) is not None
+        assert {} == mem.copies.building
