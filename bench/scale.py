@@ -295,9 +295,16 @@ def cmd_measure(args: argparse.Namespace) -> dict:
                         keyword_copy_min=ms.keyword_copy_min, keyword_copy_mb=args.keyword_copy_mb,
                         atom_columns=ms.atom_columns, turn_columns=ms.turn_columns, shared=ms.keyword_copy_shared)}
 
-        def main_search(q, v, layer):
-            return m["search.fusion"].search(conn, q["query"], user=q["user"], k=K, layer=layer, settings=ms,
-                                             query_vector=v, **mindexes)
+        mf = m["search.fusion"]
+        if hasattr(mf, "Query"):  # search(conn, Query, Engine), since issue 27
+            mengine = mf.Engine(ms, **mindexes)
+
+            def main_search(q, v, layer):
+                return mf.search(conn, mf.Query(q["query"], user=q["user"], k=K, layer=layer, vector=v), mengine)
+        else:
+            def main_search(q, v, layer):
+                return mf.search(conn, q["query"], user=q["user"], k=K, layer=layer, settings=ms,
+                                 query_vector=v, **mindexes)
 
     def ours(q, v, layer, which=engine):
         return search_fusion.search(conn, search_fusion.Query(q["query"], user=q["user"], k=K, layer=layer, vector=v), which)

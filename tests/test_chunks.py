@@ -12,7 +12,7 @@ from memdb.db import connection
 from memdb.db import rows as db_rows
 from memdb.index import chunks
 
-DIM = 64  # the HashEmbedder's
+from tests.test_cache import DIM, insert, unit
 
 
 @pytest.fixture
@@ -22,20 +22,6 @@ def copied(db_path, embedder, monkeypatch):
     with memdb.open(db_path, embedder=embedder, extract="defer",
                     settings=memdb.Settings(vector_copy_min=1)) as m:
         yield m
-
-
-def unit(rng: np.random.Generator, n: int) -> np.ndarray:
-    v = rng.standard_normal((n, DIM)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def insert(mem, vectors: np.ndarray, user: str) -> list[int]:
-    with connection.write(mem.conn):
-        return [db_rows.insert_atom(mem.conn, user=user, record={"kind": "fact", "subject": "s", "predicate": "is",
-                                                               "object": f"thing{i}"},
-                                  confidence=0.8, turn_ids=[], first_seen="2026-01-01T00:00:00",
-                                  last_seen="2026-01-01T00:00:00", vector=v)
-                for i, v in enumerate(vectors)]
 
 
 def point_lookups(mem, user: str) -> tuple[list[int], np.ndarray]:

@@ -74,11 +74,37 @@ def stamp(conn: apsw.Connection) -> tuple[int, int]:
 class Held:
     """The in-memory copies of one connection by (layer, user), least recently used first, and
     the keys found too small to copy, each as of the stamp it was made or found at. The check
-    before each use, for vector and keyword copies alike."""
+    before each use, and the copies being made in the background, for vector and keyword
+    copies alike."""
 
     def __init__(self) -> None:
         self.copies: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
         self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few rows, as of stamp
+        # Threads making a copy on a connection of their own, started once the search that
+        # asked is done (start_builds), so that they do not share the CPU with it.
+        self.building: dict[tuple[str, str], threading.Thread] = {}
+        self.stopping = threading.Event()
+
+    def start_builds(self) -> None:
+        """Start the background builds that searches asked for (Memory.search, after each)."""
+        for thread in list(self.building.values()):
+            if thread.ident is None:
+                thread.start()
+
+    def wait(self) -> None:
+        """Until every copy being made in the background is ready (tests, benchmarks)."""
+        self.start_builds()
+        while self.building:
+            for thread in list(self.building.values()):
+                thread.join()
+
+    def close(self) -> None:
+        """Stop making copies in the background (within one batch of rows) and wait for it."""
+        self.stopping.set()
+        for key, thread in list(self.building.items()):
+            if thread.ident is None:  # never started: nothing to stop
+                del self.building[key]
+        self.wait()
 
     def _held(self, conn: apsw.Connection, key: tuple[str, str]) -> tuple[Any, tuple[int, int], bool]:
         """(the copy held for key or None, the file's stamp now, whether that answer stands as
@@ -232,9 +258,7 @@ class VectorCopies(Held):
         # search adopts it.
         self.background_rows = background_rows if opener is not None else 0
         self.opener = opener
-        self.building: dict[tuple[str, str], threading.Thread] = {}
         self.ready: dict[tuple[str, str], VectorCopy | None] = {}
-        self.stopping = threading.Event()
 
     def expect(self, vectors: np.ndarray) -> None:
         """Vectors about to be ranked one after another (an extraction batch's atoms, each
@@ -376,30 +400,7 @@ class VectorCopies(Held):
             finally:
                 self.building.pop(key, None)
 
-        # Started by start_builds, once the search that asked is done, so that it does not
-        # share the CPU with that search.
         self.building[key] = threading.Thread(target=build, name="memdb-vector-copy", daemon=True)
-
-    def start_builds(self) -> None:
-        """Start the background reads that searches asked for (Memory.search, after each)."""
-        for thread in list(self.building.values()):
-            if thread.ident is None:
-                thread.start()
-
-    def wait(self) -> None:
-        """Until every copy being read in the background is ready (tests, benchmarks)."""
-        self.start_builds()
-        while self.building:
-            for thread in list(self.building.values()):
-                thread.join()
-
-    def close(self) -> None:
-        """Stop reading in the background (within one batch of rows) and wait for it."""
-        self.stopping.set()
-        for thread in list(self.building.values()):
-            if thread.ident is not None:
-                thread.join()
-        self.building.clear()
 
     def _catch_up(self, conn: apsw.Connection, layer: str, user: str, copy: VectorCopy,
                   held: int | None = None) -> None:
