@@ -17,7 +17,8 @@ in --dir and reused) and then measured in a fresh process:
   checkout's memdb imported beside this one, on its own copies), the plain design a user could
   build in an afternoon (FTS5 bm25 + sqlite-vec KNN + RRF in Python, plain_search; and asking
   each side for only k candidates, plain_k_search), memdb with fusion="rrf" (rrf_search: the
-  plain design's fusion, for a comparison at equal recall) and memdb's fusion with every side
+  plain design's fusion) and ranking as the plain design does (flat_search: RRF, no confidence,
+  freshness or relevance floor, every query term), for a comparison at equal recall, and memdb's fusion with every side
   asked of SQLite (vec0 KNN, bm25 on all terms); hit@10 and MRR of the atom each query was
   written from, for each.
 - the floor: numpy brute-force cosine top-k over the same vectors held in memory, with BLAS on
@@ -158,8 +159,8 @@ def stage_times(conn, copies: VectorCopies, keywords: KeywordCopies, settings: S
     return t_kw, t_vec, top
 
 
-STAGES = ("keyword", "vector", "statement", "search", "rrf_search", "exact_search", "main_search", "plain_search",
-          "plain_k_search", "baseline_search")
+STAGES = ("keyword", "vector", "statement", "search", "rrf_search", "flat_search", "exact_search", "main_search",
+          "plain_search", "plain_k_search", "baseline_search")
 
 
 def plain_search(conn, query: str, qvec: np.ndarray, user: str, layer: str, k: int, pool: int) -> list[tuple[str, int]]:
@@ -285,6 +286,11 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     # The reference: the same copies, every vector ranked exactly, every query term scored by bm25
     # (the keyword copies'; with the user's own statistics in a file of many users).
     exact = search_fusion.Engine(dataclasses.replace(settings, vector_rescore=0), **indexes)
+    # memdb ranking as the plain design does, on the same copies: reciprocal rank fusion, no
+    # confidence or freshness scaling, no relevance floor, every query term (synthetic atoms
+    # carry random confidences and dates, which the plain design ignores).
+    flat = search_fusion.Engine(dataclasses.replace(settings, fusion="rrf", confidence_floor=1.0, freshness_floor=1.0,
+                                                    min_similarity=-1.0, common_term_share=1.0), **indexes)
     main_search = None
     if args.main:  # today's main, on its own copies
         m = load_main(Path(args.main))
@@ -338,7 +344,7 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     times: dict[tuple, list[float]] = {}
     knn_ids: list[list[int]] = []
     found: dict[str, list[int | None]] = {"memdb": [], "exact": [], "main": [], "plain": [], "baseline": [],
-                                          "rrf": [], "plain_k": []}
+                                          "rrf": [], "plain_k": [], "flat": []}
     for i, (q, v) in enumerate(zip(qs, qvecs)):
         gold = gold_ids(conn, q)
         for layer in ("atoms", "both"):
@@ -355,10 +361,12 @@ def cmd_measure(args: argparse.Namespace) -> dict:
             t_rrf, hits_rrf = timed(lambda: search_fusion.search(conn, search_fusion.Query(
                 q["query"], user=q["user"], k=K, layer=layer, vector=v, fusion="rrf"), engine))
             t_plain_k, hits_plain_k = timed(lambda: plain_search(conn, q["query"], v, q["user"], layer, K, K))
+            t_flat, hits_flat = timed(lambda: ours(q, v, layer, flat))
             stages = [("keyword", t_kw), ("vector", t_vec), ("statement", t_stmt), ("search", t_search),
                       ("exact_search", t_exact), ("plain_search", t_plain), ("rrf_search", t_rrf),
-                      ("plain_k_search", t_plain_k)]
-            ranks = {"memdb": hits, "exact": hits_exact, "plain": hits_plain, "rrf": hits_rrf, "plain_k": hits_plain_k}
+                      ("plain_k_search", t_plain_k), ("flat_search", t_flat)]
+            ranks = {"memdb": hits, "exact": hits_exact, "plain": hits_plain, "rrf": hits_rrf, "plain_k": hits_plain_k,
+                     "flat": hits_flat}
             if main_search is not None:
                 t_main, ranks["main"] = timed(lambda: main_search(q, v, layer))
                 stages.append(("main_search", t_main))
@@ -380,10 +388,12 @@ def cmd_measure(args: argparse.Namespace) -> dict:
             out[f"search_speedup_vs_{other}"] = {
                 layer: {p: round(out["latency_ms"][layer][f"{other}_search"][p] / out["latency_ms"][layer]["search"][p], 2)
                         for p in ("p50", "p95")} for layer in ("atoms", "both")}
-    # The plain design beside memdb with its fusion (RRF), the pair to compare where hit@10 is the same.
-    out["plain_over_rrf"] = {layer: {p: round(out["latency_ms"][layer]["plain_search"][p] /
-                                              out["latency_ms"][layer]["rrf_search"][p], 2) for p in ("p50", "p95")}
-                             for layer in ("atoms", "both")}
+    # The plain design beside memdb with its fusion (RRF), and ranking as it does (flat): the
+    # pairs to compare where hit@10 is the same.
+    for variant in ("rrf", "flat"):
+        out[f"plain_over_{variant}"] = {layer: {p: round(out["latency_ms"][layer]["plain_search"][p] /
+                                                         out["latency_ms"][layer][f"{variant}_search"][p], 2)
+                                                for p in ("p50", "p95")} for layer in ("atoms", "both")}
     out["gold_atoms"] = {name: quality(ranks) for name, ranks in found.items()}
     out["maxrss_mb_search"] = round(maxrss_mb())
 
