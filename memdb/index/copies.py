@@ -194,7 +194,10 @@ class VectorCopy:
         if among is not None:
             among = np.sort(among if active is None else among[active[among]])
             if len(among) >= k or shortlisted:
-                scores = np.asarray(self.matrix[among]) @ query
+                # einsum, not BLAS: on 2 shared cores a 2-thread product of a shortlist waited
+                # for its second thread's time slice (p95 7.0 vs 5.4 ms beside a busy core;
+                # as fast on an idle machine, bench/scale.py).
+                scores = np.einsum("ij,j->i", np.asarray(self.matrix[among]), query)
                 top = np.argsort(-scores, kind="stable")[:k]  # ties by row, as a full ranking breaks them
                 return [(int(self.ids[among[i]]), float(scores[i])) for i in top]
         scores = np.asarray(self.matrix[: self.n]) @ query
