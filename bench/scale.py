@@ -287,8 +287,8 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     # (the keyword copies'; with the user's own statistics in a file of many users).
     exact = search_fusion.Engine(dataclasses.replace(settings, vector_rescore=0), **indexes)
     # memdb ranking as the plain design does, on the same copies: reciprocal rank fusion, no
-    # confidence or freshness scaling, no relevance floor, every query term (synthetic atoms
-    # carry random confidences and dates, which the plain design ignores).
+    # confidence or freshness scaling, no relevance floor, every query term (the synthetic
+    # atoms' dates are spread at random, and the plain design weighs no freshness).
     flat = search_fusion.Engine(dataclasses.replace(settings, fusion="rrf", confidence_floor=1.0, freshness_floor=1.0,
                                                     min_similarity=-1.0, common_term_share=1.0), **indexes)
     main_search = None
