@@ -161,3 +161,8 @@ def test_an_in_memory_file_reads_its_copies_itself(embedder):
         insert(mem, unit(np.random.default_rng(12), 40), "alice")
         assert mem.copies.top_k(mem.conn, "atoms", "alice", unit(np.random.default_rng(13), 1)[0], 5) is not None
         assert {} == mem.copies.building
+
+
+def test_a_negative_background_size_is_refused_by_name():
+    with pytest.raises(memdb.InvalidInput, match="vector_copy_background"):
+        memdb.Settings(vector_copy_background=-1)
