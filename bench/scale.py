@@ -15,9 +15,12 @@ in --dir and reused) and then measured in a fresh process:
   reference (the same copies, every vector ranked exactly: Settings.vector_rescore=0, and full
   bm25 from the keyword copies, with each user's own statistics), today's main (--main: a
   checkout's memdb imported beside this one, on its own copies), the plain design a user could
-  build in an afternoon (FTS5 bm25 + sqlite-vec KNN + RRF in Python, plain_search) and memdb's
-  fusion with every side asked of SQLite (vec0 KNN, bm25 on all terms); hit@10 and MRR of the
-  atom each query was written from, for each.
+  build in an afternoon (FTS5 bm25 + sqlite-vec KNN + RRF in Python, plain_search; and asking
+  each side for only k candidates, plain_k_search), memdb with fusion="rrf" (rrf_search: the
+  plain design's fusion) and ranking as the plain design does (flat_search: RRF, no confidence,
+  freshness or relevance floor, every query term), for a comparison at equal recall, and memdb's fusion with every side
+  asked of SQLite (vec0 KNN, bm25 on all terms); hit@10 and MRR of the atom each query was
+  written from, for each.
 - the floor: numpy brute-force cosine top-k over the same vectors held in memory, with BLAS on
   one thread (sqlite-vec is single-threaded) and with its default threads; the vector stage
   over the one-thread floor is the ratio reported. recall@10 of the KNN against exact search.
@@ -156,7 +159,8 @@ def stage_times(conn, copies: VectorCopies, keywords: KeywordCopies, settings: S
     return t_kw, t_vec, top
 
 
-STAGES = ("keyword", "vector", "statement", "search", "exact_search", "main_search", "plain_search", "baseline_search")
+STAGES = ("keyword", "vector", "statement", "search", "rrf_search", "flat_search", "exact_search", "main_search",
+          "plain_search", "plain_k_search", "baseline_search")
 
 
 def plain_search(conn, query: str, qvec: np.ndarray, user: str, layer: str, k: int, pool: int) -> list[tuple[str, int]]:
@@ -282,6 +286,11 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     # The reference: the same copies, every vector ranked exactly, every query term scored by bm25
     # (the keyword copies'; with the user's own statistics in a file of many users).
     exact = search_fusion.Engine(dataclasses.replace(settings, vector_rescore=0), **indexes)
+    # memdb ranking as the plain design does, on the same copies: reciprocal rank fusion, no
+    # confidence or freshness scaling, no relevance floor, every query term (the synthetic
+    # atoms' dates are spread at random, and the plain design weighs no freshness).
+    flat = search_fusion.Engine(dataclasses.replace(settings, fusion="rrf", confidence_floor=1.0, freshness_floor=1.0,
+                                                    min_similarity=-1.0, common_term_share=1.0), **indexes)
     main_search = None
     if args.main:  # today's main, on its own copies
         m = load_main(Path(args.main))
@@ -292,9 +301,16 @@ def cmd_measure(args: argparse.Namespace) -> dict:
                         keyword_copy_min=ms.keyword_copy_min, keyword_copy_mb=args.keyword_copy_mb,
                         atom_columns=ms.atom_columns, turn_columns=ms.turn_columns, shared=ms.keyword_copy_shared)}
 
-        def main_search(q, v, layer):
-            return m["search.fusion"].search(conn, q["query"], user=q["user"], k=K, layer=layer, settings=ms,
-                                             query_vector=v, **mindexes)
+        mf = m["search.fusion"]
+        if hasattr(mf, "Query"):  # search(conn, Query, Engine), since issue 27
+            mengine = mf.Engine(ms, **mindexes)
+
+            def main_search(q, v, layer):
+                return mf.search(conn, mf.Query(q["query"], user=q["user"], k=K, layer=layer, vector=v), mengine)
+        else:
+            def main_search(q, v, layer):
+                return mf.search(conn, q["query"], user=q["user"], k=K, layer=layer, settings=ms,
+                                 query_vector=v, **mindexes)
 
     def ours(q, v, layer, which=engine):
         return search_fusion.search(conn, search_fusion.Query(q["query"], user=q["user"], k=K, layer=layer, vector=v), which)
@@ -327,7 +343,8 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     plain = Settings(keyword_postings=0)
     times: dict[tuple, list[float]] = {}
     knn_ids: list[list[int]] = []
-    found: dict[str, list[int | None]] = {"memdb": [], "exact": [], "main": [], "plain": [], "baseline": []}
+    found: dict[str, list[int | None]] = {"memdb": [], "exact": [], "main": [], "plain": [], "baseline": [],
+                                          "rrf": [], "plain_k": [], "flat": []}
     for i, (q, v) in enumerate(zip(qs, qvecs)):
         gold = gold_ids(conn, q)
         for layer in ("atoms", "both"):
@@ -339,9 +356,17 @@ def cmd_measure(args: argparse.Namespace) -> dict:
             t_search, hits = timed(lambda: ours(q, v, layer))
             t_exact, hits_exact = timed(lambda: ours(q, v, layer, exact))
             t_plain, hits_plain = timed(lambda: plain_search(conn, q["query"], v, q["user"], layer, K, pool))
+            # For a comparison at equal recall: memdb with reciprocal rank fusion (the plain
+            # design's fusion), and the plain design asking each side for only k candidates.
+            t_rrf, hits_rrf = timed(lambda: search_fusion.search(conn, search_fusion.Query(
+                q["query"], user=q["user"], k=K, layer=layer, vector=v, fusion="rrf"), engine))
+            t_plain_k, hits_plain_k = timed(lambda: plain_search(conn, q["query"], v, q["user"], layer, K, K))
+            t_flat, hits_flat = timed(lambda: ours(q, v, layer, flat))
             stages = [("keyword", t_kw), ("vector", t_vec), ("statement", t_stmt), ("search", t_search),
-                      ("exact_search", t_exact), ("plain_search", t_plain)]
-            ranks = {"memdb": hits, "exact": hits_exact, "plain": hits_plain}
+                      ("exact_search", t_exact), ("plain_search", t_plain), ("rrf_search", t_rrf),
+                      ("plain_k_search", t_plain_k), ("flat_search", t_flat)]
+            ranks = {"memdb": hits, "exact": hits_exact, "plain": hits_plain, "rrf": hits_rrf, "plain_k": hits_plain_k,
+                     "flat": hits_flat}
             if main_search is not None:
                 t_main, ranks["main"] = timed(lambda: main_search(q, v, layer))
                 stages.append(("main_search", t_main))
@@ -358,11 +383,17 @@ def cmd_measure(args: argparse.Namespace) -> dict:
     found = {name: ranks for name, ranks in found.items() if ranks}
     out["latency_ms"] = {layer: {stage: summary(times[(layer, stage)]) for stage in STAGES if (layer, stage) in times}
                          for layer in ("atoms", "both")}
-    for other in ("baseline", "plain", "main", "exact"):
+    for other in ("baseline", "plain", "main", "exact", "plain_k"):
         if f"{other}_search" in out["latency_ms"]["atoms"]:
             out[f"search_speedup_vs_{other}"] = {
                 layer: {p: round(out["latency_ms"][layer][f"{other}_search"][p] / out["latency_ms"][layer]["search"][p], 2)
                         for p in ("p50", "p95")} for layer in ("atoms", "both")}
+    # The plain design beside memdb with its fusion (RRF), and ranking as it does (flat): the
+    # pairs to compare where hit@10 is the same.
+    for variant in ("rrf", "flat"):
+        out[f"plain_over_{variant}"] = {layer: {p: round(out["latency_ms"][layer]["plain_search"][p] /
+                                                         out["latency_ms"][layer][f"{variant}_search"][p], 2)
+                                                for p in ("p50", "p95")} for layer in ("atoms", "both")}
     out["gold_atoms"] = {name: quality(ranks) for name, ranks in found.items()}
     out["maxrss_mb_search"] = round(maxrss_mb())
 

@@ -116,6 +116,8 @@ class Memory:
             blas_limit=functools.partial(blas_threads, threads),
             files=self.copy_files if settings.vector_copy_files and not read_only else None,
             file_min=settings.vector_copy_file_min,
+            background_rows=settings.vector_copy_background,  # a second connection needs a file on disk
+            opener=functools.partial(connection.connect, path, read_only=True) if self.copy_files else None,
         )
         self.term_counts = TermCounts(growth=settings.term_counts_growth)
         self.keywords = KeywordCopies(
@@ -361,6 +363,7 @@ class Memory:
 
     def close(self) -> None:
         self.keywords.close()  # stops a keyword copy being built in the background
+        self.copies.close()  # and a vector copy being read
         with self.lock:
             self.closed = True
             self.conn.close()

@@ -57,8 +57,9 @@ def search(mem: Memory, query: str, *, user: str, k: int, layer: Layer, session:
     try:
         return _fused(mem, asked, engine, strict)
     finally:
-        with mem.lock:  # keyword copies this search asked for, built in the background from now
+        with mem.lock:  # keyword and vector copies this search asked for, built in the background from now
             mem.keywords.start_builds()
+            mem.copies.start_builds()
 
 
 def _fused(mem: Memory, asked: Query, engine: Engine, strict: bool) -> list[Hit]:

@@ -177,6 +177,11 @@ class Settings:
     # cache's, not counted in vector_copy_mb.
     vector_copy_files: bool = False
     vector_copy_file_min: int = 20_000
+    # A copy of at least vector_copy_background vectors is read by a thread with a connection of
+    # its own, vec0's KNN answering until it is ready, so the first search of a large user does
+    # not wait for it (a 1M-atom user's 333k turn vectors: bench/results/first_search_i29.json;
+    # 0: the search reads it).
+    vector_copy_background: int = 100_000
     # Turns and atoms stored without a vector (by a keyword-only writer, or while the embedder
     # failed) get one later: each add() and extract() embeds up to this many of them (0: never).
     vector_backfill: int = 256
@@ -266,7 +271,7 @@ class Settings:
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",
                      "common_term_rows", "vector_backfill", "keyword_copy_min", "vector_copy_file_min",
-                     "vector_rescore", "keyword_copy_background"):
+                     "vector_rescore", "keyword_copy_background", "vector_copy_background"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         _check(_is_number(self.alpha_cjk, 0, 1), "alpha_cjk", "a number from 0 to 1")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",

@@ -32,6 +32,7 @@ import collections
 import contextlib
 import itertools
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ import numpy as np
 from .. import codec
 from ..db import connection
 from ..vecmath import hamming, sign_codes, unit
-from . import copyfiles
+from . import chunks, copyfiles
 
 log = logging.getLogger("memdb")
 
@@ -73,11 +74,37 @@ def stamp(conn: apsw.Connection) -> tuple[int, int]:
 class Held:
     """The in-memory copies of one connection by (layer, user), least recently used first, and
     the keys found too small to copy, each as of the stamp it was made or found at. The check
-    before each use, for vector and keyword copies alike."""
+    before each use, and the copies being made in the background, for vector and keyword
+    copies alike."""
 
     def __init__(self) -> None:
         self.copies: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
         self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few rows, as of stamp
+        # Threads making a copy on a connection of their own, started once the search that
+        # asked is done (start_builds), so that they do not share the CPU with it.
+        self.building: dict[tuple[str, str], threading.Thread] = {}
+        self.stopping = threading.Event()
+
+    def start_builds(self) -> None:
+        """Start the background builds that searches asked for (Memory.search, after each)."""
+        for thread in list(self.building.values()):
+            if thread.ident is None:
+                thread.start()
+
+    def wait(self) -> None:
+        """Until every copy being made in the background is ready (tests, benchmarks)."""
+        self.start_builds()
+        while self.building:
+            for thread in list(self.building.values()):
+                thread.join()
+
+    def close(self) -> None:
+        """Stop making copies in the background (within one batch of rows) and wait for it."""
+        self.stopping.set()
+        for key, thread in list(self.building.items()):
+            if thread.ident is None:  # never started: nothing to stop
+                del self.building[key]
+        self.wait()
 
     def _held(self, conn: apsw.Connection, key: tuple[str, str]) -> tuple[Any, tuple[int, int], bool]:
         """(the copy held for key or None, the file's stamp now, whether that answer stands as
@@ -167,7 +194,10 @@ class VectorCopy:
         if among is not None:
             among = np.sort(among if active is None else among[active[among]])
             if len(among) >= k or shortlisted:
-                scores = np.asarray(self.matrix[among]) @ query
+                # einsum, not BLAS: on 2 shared cores a 2-thread product of a shortlist waited
+                # for its second thread's time slice (p95 7.0 vs 5.4 ms beside a busy core;
+                # as fast on an idle machine, bench/scale.py).
+                scores = np.einsum("ij,j->i", np.asarray(self.matrix[among]), query)
                 top = np.argsort(-scores, kind="stable")[:k]  # ties by row, as a full ranking breaks them
                 return [(int(self.ids[among[i]]), float(scores[i])) for i in top]
         scores = np.asarray(self.matrix[: self.n]) @ query
@@ -214,7 +244,8 @@ class VectorCopies(Held):
 
     def __init__(self, *, vector_copy_min: int, vector_copy_mb: float,
                  blas_limit: Any = contextlib.nullcontext, files: Path | None = None,
-                 file_min: int = 0) -> None:
+                 file_min: int = 0, background_rows: int = 0,
+                 opener: Callable[[], apsw.Connection] | None = None) -> None:
         super().__init__()
         self.vector_copy_min = vector_copy_min
         self.files = files  # where copies are written to be mapped by later opens; None: never
@@ -225,6 +256,12 @@ class VectorCopies(Held):
         self.queries = np.empty((0, 0), np.float32)  # ... these, unit length
         # id of a part -> (the part, its rows then, each expected vector's nearest rows)
         self.batches: dict[int, tuple[VectorCopy, int, np.ndarray]] = {}
+        # A copy of at least background_rows rows is read by a thread on a connection of its
+        # own (opener), vec0 answering meanwhile; ready holds it (None: none was made) until a
+        # search adopts it.
+        self.background_rows = background_rows if opener is not None else 0
+        self.opener = opener
+        self.ready: dict[tuple[str, str], VectorCopy | None] = {}
 
     def expect(self, vectors: np.ndarray) -> None:
         """Vectors about to be ranked one after another (an extraction batch's atoms, each
@@ -287,6 +324,15 @@ class VectorCopies(Held):
         copy, now, settled = self._held(conn, key)
         if settled:
             return None if copy is None else [(part, part.active) for part in copy.parts()]
+        if copy is None and key in self.building:
+            return None  # being read in the background: vec0 answers meanwhile
+        if copy is None and key in self.ready:
+            copy = self.ready.pop(key)
+            if copy is None:  # none could be made: vec0's until the file changes
+                self.small[key] = now
+                return None
+            self.copies[key] = copy  # brought up to date below, like any copy whose stamp moved
+            self._evict()
         if not connection.has_vectors(conn):
             return None
         epoch = connection.get_meta(conn, "vectors_epoch")
@@ -323,16 +369,45 @@ class VectorCopies(Held):
         if base is None and (count < self.vector_copy_min or not dim or count * dim * 4 > self.vector_copy_bytes):
             self.small[(layer, user)] = now
             return None
+        if base is None and self.background_rows and count >= self.background_rows:
+            self._build_in_background((layer, user))
+            return None
         copy = VectorCopy.empty(dim, capacity=0 if base else count + count // SPARE, epoch=epoch, stamp=now, base=base)
-        self._catch_up(conn, layer, user, copy)
+        self._catch_up(conn, layer, user, copy, held=0 if base else count)
         if base is not None and copy.n > max(self.file_min, base.n // 4):
             self._refresh_file(conn, layer, user, copy)
         self.copies[(layer, user)] = copy
         self._evict()
         return copy
 
-    def _catch_up(self, conn: apsw.Connection, layer: str, user: str, copy: VectorCopy) -> None:
-        self._read_rows(conn, layer, user, copy, after=copy.last_id, held=copy.rows)
+    def _build_in_background(self, key: tuple[str, str]) -> None:
+        """Read the copy of key on a connection of its own (self.ready when done). Reading a
+        user's 333k turn vectors takes a second or more: the first search asks vec0 instead."""
+
+        def build() -> None:
+            helper = VectorCopies(vector_copy_min=self.vector_copy_min, vector_copy_mb=self.vector_copy_bytes / 2**20)
+            helper.stopping = self.stopping
+            try:
+                conn = self.opener()
+                try:
+                    helper._parts(conn, *key)
+                finally:
+                    conn.close()
+                built = helper.copies.get(key)
+                if built is not None:
+                    built.stamp = (-1, -1)  # another connection's stamp: never current here
+                self.ready[key] = built
+            except Exception as exc:  # stopped, the file gone: vec0 keeps answering
+                log.debug("memdb: vector copy of %s not read: %s", key, exc)
+                self.ready[key] = None
+            finally:
+                self.building.pop(key, None)
+
+        self.building[key] = threading.Thread(target=build, name="memdb-vector-copy", daemon=True)
+
+    def _catch_up(self, conn: apsw.Connection, layer: str, user: str, copy: VectorCopy,
+                  held: int | None = None) -> None:
+        self._read_rows(conn, layer, user, copy, after=copy.last_id, held=copy.rows if held is None else held)
         if layer == "atoms":
             superseded = self._superseded(conn, layer, user)
             for part in copy.parts():
@@ -417,16 +492,22 @@ class VectorCopies(Held):
         table, _, _ = LAYERS[layer]
         return conn.execute(f'select count(*) from "{table}" where "user" = ? and "id" <= ?', (user, upto)).fetchone()[0]
 
-    @staticmethod
-    def _read_rows(conn: apsw.Connection, layer: str, user: str, into: VectorCopy, after: int,
+    def _read_rows(self, conn: apsw.Connection, layer: str, user: str, into: VectorCopy, after: int,
                    held: int, upto: int | None = None) -> None:
         """Append the user's vectors with ids above after, up to upto (held: how many the user had)."""
         table, vec_table, key = LAYERS[layer]
+        last = conn.execute(f'select coalesce(max("id"), 0) from "{table}"').fetchone()[0]
+        if held >= chunks.MIN_ROWS and into.n == 0 and after == 0:
+            # A large user read whole: vec0's chunks in order, a chunk a row (chunks.py).
+            found = chunks.read(conn, vec_table, user, into.matrix.shape[1], after, last if upto is None else upto,
+                                held, lambda ids, vectors: self._append(into, ids, vectors))
+            if found is not None:
+                return
+            into.n = 0  # not the layout chunks.py knows: row by row
         # Walk the ids above `after` when they are few (a file of one user, or a user who wrote
         # most of what came since); else the user's index, since other users' rows came
         # between ("+" keeps SQLite off the index in the first case). Then one vec0 point
         # lookup per row.
-        last = conn.execute(f'select coalesce(max("id"), 0) from "{table}"').fetchone()[0]
         by_id = after > 0 and last - after <= 4 * held
         where = 't."id" > ?1 and +t."user" = ?2' if by_id else 't."user" = ?2 and t."id" > ?1'
         cursor = conn.execute(
@@ -437,7 +518,12 @@ class VectorCopies(Held):
         while rows := list(itertools.islice(cursor, READ_ROWS)):  # bounded: no second copy in memory
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-            into.append(ids, unit(vectors))
+            self._append(into, ids, vectors)
+
+    def _append(self, into: VectorCopy, ids: np.ndarray, vectors: np.ndarray) -> None:
+        if self.stopping.is_set():  # the Memory is closing: a background read ends here
+            raise RuntimeError("stopped")
+        into.append(ids, unit(vectors))
 
     @staticmethod
     def _superseded(conn: apsw.Connection, layer: str, user: str) -> np.ndarray:

@@ -207,11 +207,9 @@ class KeywordCopies(Held):
         self._tokenizer: Any = None
         self.background_rows = background_rows if opener is not None else 0
         self.opener = opener  # a new connection to the same file, for building in the background
-        self.building: dict[tuple[str, str], threading.Thread] = {}
         # Built in the background, not yet adopted: the copy (None: none could be made) and the
         # vocabulary its term ids are of.
         self.ready: dict[tuple[str, str], tuple[KeywordCopy | None, dict[str, int]]] = {}
-        self.stopping = threading.Event()
 
     def top_k(self, conn: apsw.Connection, layer: str, user: str, terms: list[str],
               k: int, *, common: tuple[float, int] | None = None) -> list[tuple[int, float]] | None:
@@ -308,12 +306,6 @@ class KeywordCopies(Held):
         # the GIL most of the time, and started at once it slowed that search 10-fold (1M atoms).
         self.building[key] = threading.Thread(target=build, name="memdb-keyword-copy", daemon=True)
 
-    def start_builds(self) -> None:
-        """Start the background builds that searches asked for (Memory.search, after each)."""
-        for thread in list(self.building.values()):
-            if thread.ident is None:
-                thread.start()
-
     def _adopt(self, key: tuple[str, str]) -> KeywordCopy | None:
         """The copy built in the background for key, its term ids made this instance's; its
         stamp is none, so the caller brings it up to date."""
@@ -330,21 +322,6 @@ class KeywordCopies(Held):
             copy.sorted.sort()
         copy.stamp = (-1, -1)
         return copy
-
-    def wait(self) -> None:
-        """Until every copy being built in the background is ready (tests, benchmarks)."""
-        self.start_builds()
-        while self.building:
-            for thread in list(self.building.values()):
-                thread.join()
-
-    def close(self) -> None:
-        """Stop building in the background (within one READ_ROWS chunk) and wait for it."""
-        self.stopping.set()
-        for key, thread in list(self.building.items()):
-            if thread.ident is None:  # never started: nothing to stop
-                del self.building[key]
-        self.wait()
 
     def _catch_up(self, conn: apsw.Connection, layer: str, copy: KeywordCopy, rows: list[tuple[int, int]]) -> None:
         """Drop rows gone or rewritten since the copy was made, and read the new versions."""
