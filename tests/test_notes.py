@@ -455,3 +455,8 @@ def test_our_in_a_note_about_the_speakers_family_is_theirs():
     from memdb.extraction import clauses
     notes = clauses.notes("We always look forward to our family barbecue.", "Wren", {"Wren"}, set(), "2026-06-10T10:00:00")
     assert [("Wren's family", "their family barbecue")] == [(n["subject"], n["object"].split("to ")[-1]) for n in notes]
+
+
+def test_the_subjects_own_name_is_no_attribute_phrase():
+    # "用户" holds 用 (uses); the name is masked while the phrases are sought
+    assert {"polarity": "holds", "attribute": "uses_tool", "value": "Go"} == slots.read("用户", "用户的团队后端用 Go")

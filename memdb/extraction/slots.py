@@ -91,10 +91,17 @@ def read(subject: str, body: str) -> dict:
     zh = text.has_cjk(body) or text.has_cjk(subject or "")
     thing = persons.owner_and_thing(subject)[1]
     line = f"{thing} {body}" if thing else body
+    # The subject's own name inside a Chinese note ("用户的团队后端用 Go") is no attribute's phrase:
+    # masked while the phrases are sought, put back in the value.
+    owner = persons.owner_and_thing(subject)[0] if subject else ""
+    mask = "\ue000" * len(owner)
+    if zh and owner:
+        line = line.replace(owner, mask)
     for attribute in attributes():
         for pattern in attribute.patterns:
             if (pattern.pattern.isascii() or zh) and (m := pattern.search(line)):
                 value = _value(m, line, zh)
+                value = value.replace(mask, owner) if mask and value else value
                 key = attribute.key
                 if key == "favourite" and m.groupdict().get("v"):
                     thing = m.group("v").lower().split()[0]
