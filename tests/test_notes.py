@@ -460,3 +460,11 @@ def test_our_in_a_note_about_the_speakers_family_is_theirs():
 def test_the_subjects_own_name_is_no_attribute_phrase():
     # "用户" holds 用 (uses); the name is masked while the phrases are sought
     assert {"polarity": "holds", "attribute": "uses_tool", "value": "Go"} == slots.read("用户", "用户的团队后端用 Go")
+
+
+@pytest.mark.parametrize("sentence", ["Congrats on the new bakery!", "Hey Bea! Congrats on the new bakery!",
+                                      "Sorry to hear about the bakery."])
+def test_a_note_from_the_listeners_news_is_no_note_about_the_speaker(sentence):
+    from memdb.extraction import gate
+    record = {"subject": "Wren", "predicate": "opened", "object": "a new bakery", "kind": "event"}
+    assert "about the listener" == gate.judge(record, sentence, {"Wren", "Bea"})

@@ -302,6 +302,8 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "from a question"
     if SECOND_PERSON.search(sentence) and not FIRST_PERSON_WORDS.search(sentence) or _REACTION.search(sentence):
         return "about the listener"  # praise or feelings about the other person: theirs to tell
+    if lexicon.alternation("en", "listener_news").match(re.sub(r"^(?:\W*(?:\w+\s+){0,2}\w+[!,.]\s+)?", "", sentence.strip())):
+        return "about the listener"  # "Congrats on the new shop!": the listener's news
     glued = re.search(r"\b([\w'-]+)\s+(?:they|he|she|we)\s+(?:get|got|are|were|was|is|have|had|will|really|make|made|keep|kept)\b",
                       said, re.I)
     if glued and glued.group(1).lower() not in lexicon.words("en", "clause_joints"):
