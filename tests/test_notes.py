@@ -416,6 +416,7 @@ def test_what_is_said_to_the_memory_is_noted_without_the_request(said, expected)
     ("her fav dish", "her favourite dish"),
     ("carving out some me-time", "carving out some time for myself"),   # persons.py then says it of the speaker
     ("Emily's shop", "Emily's shop"),                                  # not inside a word
+    ("won 't sell the boat", "won't sell the boat"),                   # a split contraction joined
 ])
 def test_chat_words_are_spelled_out_in_an_english_note(value, expected):
     assert expected == persons.spelled_out(value)

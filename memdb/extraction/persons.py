@@ -272,7 +272,9 @@ def drop_repeated_subject(subject: str, value: str) -> str:
 
 
 def spelled_out(value: str) -> str:
-    """Chat words in an English note as a note spells them (en.toml: colloquial)."""
+    """Chat words in an English note as a note spells them (en.toml: colloquial); a contraction a
+    tokenizer split ("won 't") is joined again."""
+    value = re.sub(r"(\w)\s+(['’](?:t|s|re|ve|ll|d|m))\b", r"\1\2", value)
     for pair in lexicon.words("en", "colloquial"):
         said, written = pair.split("=", 1)
         value = re.sub(rf"(?<![\w'-]){re.escape(said)}(?![\w'-])", written, value, flags=re.I)
