@@ -91,6 +91,13 @@ def main() -> None:
     user = conn.execute('select "user" from "atoms" limit 1').fetchone()[0]
     copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
     indexes = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth)}
+    keywords = None
+    if hasattr(absorb, "KeywordCopies"):  # dedup ranks keyword candidates in the keyword copy since issue 29
+        from memdb.index.keywords import KeywordCopies
+        keywords = KeywordCopies(keyword_copy_min=settings.keyword_copy_min, keyword_copy_mb=settings.keyword_copy_mb,
+                                 atom_columns=settings.atom_columns, turn_columns=settings.turn_columns,
+                                 shared=settings.keyword_copy_shared)
+        indexes["keywords"] = keywords
     pool_bases = synth.bases(synth.POOL)
     pool = synth.pool_vectors(pool_bases)
     rng, nrng = random.Random(9), np.random.default_rng(9)
@@ -102,11 +109,15 @@ def main() -> None:
     records = [synth.record_for(pool_bases[i], rng.choice(["Alice", "Bob", "小王"]), dt.date(2023, 5, 1), rng) for i in ids]
     vectors = synth.derive(pool, np.array(ids), nrng)
     every = args.commit_every or args.atoms
-    copies.sync(conn, "atoms", user)  # the copy loaded before the clock starts, as in a warm process
+    copies.sync(conn, "atoms", user)  # the copies loaded before the clock starts, as in a warm process
+    if keywords is not None:
+        keywords.sync(conn, "atoms", user)
     decisions = []
     t0 = time.perf_counter()
     for start in range(0, args.atoms, every):
         copies.sync(conn, "atoms", user)  # as Memory does before each extraction batch
+        if keywords is not None:
+            keywords.sync(conn, "atoms", user)
         conn.execute("begin immediate")
         for i in range(start, min(args.atoms, start + every)):
             if args.batch and i % args.batch == 0 and hasattr(copies, "expect"):

@@ -105,6 +105,7 @@ def write(mem: Memory, turns: list[Turn], candidates: list[Candidate], outcomes:
     user = turns[0].user
     with mem.lock:
         mem.copies.sync(mem.conn, "atoms", user)  # outside the transaction: a large user's catch-up
+        mem.keywords.sync(mem.conn, "atoms", user)  # (dedup ranks its keyword candidates there)
     with mem.lock, connection.write(mem.conn):
         # While the model ran, another process may have extracted these turns or forget() may
         # have removed them: write only for turns still pending, so nothing is absorbed twice
@@ -117,6 +118,8 @@ def write(mem: Memory, turns: list[Turn], candidates: list[Candidate], outcomes:
             action, _ = absorb(mem, candidate, user=user, ts=ts, vector=None if found is None else found[i])
             counts[action] = counts.get(action, 0) + 1
         pipeline.settle(mem.conn, turns, outcomes, pending, counts)
+    with mem.lock:  # a large user's keyword copy, if sync asked for one, built from now
+        mem.keywords.start_builds()
 
 
 def embed_atoms(mem: Memory, lines: list[str]) -> np.ndarray | None:
@@ -144,7 +147,8 @@ def absorb(mem: Memory, candidate: Candidate, *, user: str, ts: str,
                                   Incoming(user=user, record=candidate.record,
                                            confidence=candidate.confidence, turn_ids=candidate.turn_ids,
                                            ts=ts, vector=vector),
-                                  Engine(mem.settings, copies=mem.copies, term_counts=mem.term_counts),
+                                  Engine(mem.settings, copies=mem.copies, term_counts=mem.term_counts,
+                                         keywords=mem.keywords),
                                   multilingual=getattr(mem.embedding.embedder, "multilingual", True))
     layers(mem.conn, user=user, atom_id=atom_id, kind=candidate.record["kind"], vector=vector, ts=ts,
            settings=mem.settings, cosine_baseline=mem.embedding.cosine_baseline(), copies=mem.copies)

@@ -32,6 +32,7 @@ import collections
 import contextlib
 import itertools
 import logging
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,28 @@ class Held:
     def __init__(self) -> None:
         self.copies: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
         self.small: dict[tuple[str, str], tuple[int, int]] = {}  # too few rows, as of stamp
+        # Transactions ended (committed or rolled back) on the connections watched: what a
+        # transaction's own rows were read beside a copy for is over once this moves.
+        self.transactions = 0
+        self._watched: weakref.WeakSet[apsw.Connection] = weakref.WeakSet()
+
+    def _watch(self, conn: apsw.Connection) -> None:
+        """Hear of every commit and rollback of conn from now on (_committing, _rolled_back).
+        A rollback to a savepoint is not heard: what absorb writes is never rolled back alone."""
+        if conn not in self._watched:
+            ref = weakref.ref(conn)  # the hooks are the connection's: no cycle through them
+            conn.set_commit_hook(lambda: self._committing(ref()), id=("memdb-copies", id(self)))
+            conn.set_rollback_hook(lambda: self._rolled_back(ref()), id=("memdb-copies", id(self)))
+            self._watched.add(conn)
+
+    def _committing(self, conn: apsw.Connection | None) -> bool:
+        """SQLite's commit hook: a transaction of conn is about to commit (False lets it). No
+        SQL may run here."""
+        self.transactions += 1
+        return False
+
+    def _rolled_back(self, conn: apsw.Connection | None) -> None:
+        self.transactions += 1
 
     def _held(self, conn: apsw.Connection, key: tuple[str, str]) -> tuple[Any, tuple[int, int], bool]:
         """(the copy held for key or None, the file's stamp now, whether that answer stands as
@@ -225,6 +248,9 @@ class VectorCopies(Held):
         self.queries = np.empty((0, 0), np.float32)  # ... these, unit length
         # id of a part -> (the part, its rows then, each expected vector's nearest rows)
         self.batches: dict[int, tuple[VectorCopy, int, np.ndarray]] = {}
+        # Inside a write, the rows of (layer, user) written since its copy was last brought up to
+        # date, read as they come: (self.transactions then, the copy, those rows).
+        self.pending: dict[tuple[str, str], tuple[int, VectorCopy, VectorCopy]] = {}
 
     def expect(self, vectors: np.ndarray) -> None:
         """Vectors about to be ranked one after another (an extraction batch's atoms, each
@@ -255,13 +281,16 @@ class VectorCopies(Held):
         query = unit(query)
         with self.blas_limit():
             ranked = [hit for part, active in parts for hit in part.top_k(
-                query, k, active if active_only else None, among=self._batch_rows(part, k, batched),
+                query, k, active if active_only else None, among=self._batch_rows(part, k, batched, rescore),
                 rescore=rescore)]
         return sorted(ranked, key=lambda hit: -hit[1])[:k] if len(parts) > 1 else ranked
 
-    def _batch_rows(self, part: VectorCopy, k: int, batched: int | None) -> np.ndarray | None:
+    def _batch_rows(self, part: VectorCopy, k: int, batched: int | None, rescore: int = 0) -> np.ndarray | None:
         """The rows of part nearest to the expected vector at index batched, from one ranking
-        of every expected vector (made on first use); None to rank the vector alone."""
+        of every expected vector (made on first use); None to rank the vector alone. A batch
+        of one with rescore keeps the shortlist its 1-bit codes give (VectorCopy.shortlist)
+        instead of reading every vector: a write ranks each vector twice (dedup, then scenario
+        placement), and both then score the same few rows exactly."""
         if batched is None or part.n <= k * BATCH_MARGIN:
             return None
         # One ranking serves every k up to the rows it kept (dedup asks for k, scenario
@@ -269,8 +298,12 @@ class VectorCopies(Held):
         made = self.batches.get(id(part))
         if made is None or made[0] is not part or made[1] != part.n or made[2].shape[1] < k:
             # new, the part grew since, or too few rows kept
-            scores = self.queries @ np.asarray(part.matrix[: part.n]).T  # (vectors, rows): each row contiguous
-            nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=1)[:, : k * BATCH_MARGIN]
+            size = max(rescore * k, MIN_SHORTLIST)
+            if rescore and len(self.queries) == 1 and part.n >= SHORTLIST_SHARE * size:
+                nearest = part.shortlist(self.queries[0], size, None)[None, :]
+            else:
+                scores = self.queries @ np.asarray(part.matrix[: part.n]).T  # (vectors, rows): each row contiguous
+                nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=1)[:, : k * BATCH_MARGIN]
             self.batches[id(part)] = made = (part, part.n, nearest)
         return made[2][batched]
 
@@ -292,11 +325,13 @@ class VectorCopies(Held):
         epoch = connection.get_meta(conn, "vectors_epoch")
         if not conn.getautocommit():
             # The transaction's writes may yet roll back (and their ids be reused): read them
-            # beside the copy, never into it.
+            # beside the copy, never into it; only those new since the last look (re-reading
+            # all of them at each look cost 2-4 ms an atom over a long transaction).
             if copy is None or copy.epoch != epoch:
                 return None
-            since = VectorCopy.empty(copy.matrix.shape[1])
-            self._read_rows(conn, layer, user, since, after=copy.last_id, held=copy.rows)
+            since = self._since(conn, key, copy)
+            self._read_rows(conn, layer, user, since, after=since.last_id if since.n else copy.last_id,
+                            held=copy.rows)
             superseded = self._superseded(conn, layer, user)
             return [(part, part.without(superseded) if layer == "atoms" else None)
                     for part in [*copy.parts(), since]]
@@ -309,6 +344,24 @@ class VectorCopies(Held):
             self._catch_up(conn, layer, user, copy)
         copy.stamp = now
         return [(part, part.active) for part in copy.parts()]
+
+    def _since(self, conn: apsw.Connection, key: tuple[str, str], copy: VectorCopy) -> VectorCopy:
+        """The rows of key read beside copy so far in this transaction (empty in a new one)."""
+        found = self.pending.get(key)
+        if found is not None and found[0] == self.transactions and found[1] is copy:
+            return found[2]
+        self._watch(conn)  # before the transaction ends: its end makes these rows stale
+        since = VectorCopy.empty(copy.matrix.shape[1])
+        self.pending[key] = (self.transactions, copy, since)
+        return since
+
+    def _committing(self, conn: apsw.Connection | None) -> bool:
+        self.pending.clear()
+        return super()._committing(conn)
+
+    def _rolled_back(self, conn: apsw.Connection | None) -> None:
+        self.pending.clear()
+        super()._rolled_back(conn)
 
     def _load(self, conn: apsw.Connection, layer: str, user: str, epoch: str | None,
               now: tuple[int, int]) -> VectorCopy | None:

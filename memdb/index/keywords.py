@@ -36,6 +36,7 @@ import itertools
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,10 +44,10 @@ from typing import Any
 import apsw
 import numpy as np
 
-from .. import text
+from .. import codec, text
 from ..db.rows import EACH, json_array
 from . import fts
-from .copies import Held
+from .copies import Held, stamp
 
 log = logging.getLogger("memdb")
 
@@ -62,27 +63,37 @@ MAX_VOCABULARY = 2_000_000  # shared term ids kept before every copy is dropped 
 
 @dataclass
 class Postings:
-    """(term id, row index, weighted count) triples; sorted by term id once folded."""
+    """(term id, row index, weighted count, plain count) rows; sorted by term id once folded.
+    The plain count weighs every column 1, as FTS5's default rank (bm25() without weights),
+    which deduplication orders its keyword candidates by."""
 
     terms: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
     rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
     counts: np.ndarray = field(default_factory=lambda: np.empty(0))  # float64, as FTS5 sums
+    plain: np.ndarray = field(default_factory=lambda: np.empty(0, np.float32))  # whole numbers
+
+    FIELDS = ("terms", "rows", "counts", "plain")
 
     def __len__(self) -> int:
         return len(self.terms)
 
     def extend(self, other: Postings) -> None:
-        self.terms = np.concatenate([self.terms, other.terms])
-        self.rows = np.concatenate([self.rows, other.rows])
-        self.counts = np.concatenate([self.counts, other.counts])
+        for name in self.FIELDS:
+            setattr(self, name, np.concatenate([getattr(self, name), getattr(other, name)]))
 
     def sort(self) -> None:
         order = np.argsort(self.terms, kind="stable")
-        self.terms, self.rows, self.counts = self.terms[order], self.rows[order], self.counts[order]
+        for name in self.FIELDS:
+            setattr(self, name, getattr(self, name)[order])
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n (a rolled-back transaction's rows leave the tail)."""
+        for name in self.FIELDS:
+            setattr(self, name, getattr(self, name)[:n])
 
     @property
     def nbytes(self) -> int:
-        return self.terms.nbytes + self.rows.nbytes + self.counts.nbytes
+        return sum(getattr(self, name).nbytes for name in self.FIELDS)
 
 
 @dataclass
@@ -127,13 +138,15 @@ class KeywordCopy:
             self.sorted.sort()
             self.tail = Postings()
 
-    def postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
-        """The live rows holding term and its weighted count in each."""
+    def postings(self, term: int, plain: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The live rows holding term and its weighted count in each (plain: every column 1)."""
+        weighed = "plain" if plain else "counts"
         lo, hi = np.searchsorted(self.sorted.terms, np.array([term, term + 1], np.int32))  # same dtype: no copy
-        rows, counts = self.sorted.rows[lo:hi], self.sorted.counts[lo:hi]
+        rows, counts = self.sorted.rows[lo:hi], getattr(self.sorted, weighed)[lo:hi]
         if len(self.tail):
             at = self.tail.terms == term
-            rows, counts = np.concatenate([rows, self.tail.rows[at]]), np.concatenate([counts, self.tail.counts[at]])
+            rows = np.concatenate([rows, self.tail.rows[at]])
+            counts = np.concatenate([counts, getattr(self.tail, weighed)[at]])
         keep = self.live[rows]
         return rows[keep], counts[keep]
 
@@ -153,9 +166,10 @@ class KeywordCopy:
             return set()
         return {t for t in terms if t is not None and len(self.postings(t)[0]) > int(share * live)}
 
-    def top_k(self, terms: list[int | None], k: int) -> list[tuple[int, float]]:
+    def top_k(self, terms: list[int | None], k: int, *, plain: bool = False) -> list[tuple[int, float]]:
         """(id, bm25) of the k best-scoring live rows holding any term, best first; ties by id.
-        A term is counted as often as it is given, as FTS5 scores each phrase of an OR."""
+        A term is counted as often as it is given, as FTS5 scores each phrase of an OR.
+        plain: every column weighs 1 (FTS5's rank), not the search's column weights."""
         live, norm = self._statistics()
         if not live:
             return []
@@ -164,7 +178,7 @@ class KeywordCopy:
         for term in terms:
             if term is None:
                 continue
-            rows, counts = self.postings(term)
+            rows, counts = self.postings(term, plain)
             if not len(rows):
                 continue
             idf = math.log((live - len(rows) + 0.5) / (len(rows) + 0.5))
@@ -177,6 +191,30 @@ class KeywordCopy:
         # By score, then id, for a stable answer (a rewritten row comes again at a later index).
         found = found[np.lexsort((self.ids[found], -scores[found]))]
         return [(int(self.ids[i]), float(scores[i])) for i in found]
+
+
+@dataclass
+class Overlay:
+    """What a write transaction changed in a copy (KeywordCopies.wrote), so that a rollback
+    takes it out again: the copy's rows and tail postings when it began, and the rows it marked
+    dead since. committed: the stamp the copy has once the commit went through, and probe:
+    the (id, version) of the last row written, which is in the file only if it did."""
+
+    copy: KeywordCopy
+    conn: weakref.ref[apsw.Connection]
+    rows: int
+    tail: int
+    killed: list[int] = field(default_factory=list)
+    committed: tuple[int, int] | None = None
+    probe: tuple[int, int] | None = None
+
+    def undo(self) -> None:
+        copy = self.copy
+        for name in ("ids", "versions", "lengths", "live"):
+            setattr(copy, name, getattr(copy, name)[: self.rows])
+        copy.live[[i for i in self.killed if i < self.rows]] = True
+        copy.tail.truncate(self.tail)
+        copy._norm = None
 
 
 def _turns_held(conn: apsw.Connection, user: str) -> tuple[int, int]:
@@ -212,6 +250,118 @@ class KeywordCopies(Held):
         # vocabulary its term ids are of.
         self.ready: dict[tuple[str, str], tuple[KeywordCopy | None, dict[str, int]]] = {}
         self.stopping = threading.Event()
+        self.overlays: dict[tuple[str, str], Overlay] = {}  # copies a write transaction changes
+
+    def sync(self, conn: apsw.Connection, layer: str, user: str) -> None:
+        """Bring the user's copy up to date before a write transaction whose deduplication will
+        rank against it (dedup), as a search would; outside a transaction only."""
+        if conn.getautocommit() and self.keyword_copy_bytes and fts.sole_user(conn, layer, user):
+            self._load_tokenizer(conn)
+            self._current(conn, layer, user)
+
+    def dedup(self, conn: apsw.Connection, user: str, terms: list[str], k: int) -> list[int] | None:
+        """The ids of the user's k best atoms for terms by FTS5's rank (bm25 with every column
+        weighing 1), superseded ones left out, best first: the keyword candidates of
+        deduplication (lifecycle/absorb.py), or None when FTS5 must answer (another user in
+        the file, whose rows count in FTS5's statistics; no copy; a phrase).
+
+        Inside a write transaction the copy is used only if it was exact when the transaction
+        began; the rows absorb writes then reach it through wrote(), and a rollback takes them
+        out again. FTS5's query took 6-9 ms an atom at 100k atoms (bench/results/write_path.json)."""
+        if not self.keyword_copy_bytes or not terms or not fts.sole_user(conn, "atoms", user):
+            return None
+        self._load_tokenizer(conn)
+        tokens = [self._tokenizer(text.quote(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None,
+                                  include_offsets=False, include_colocated=False) for term in terms]
+        if any(len(t) > 1 for t in tokens):
+            return None
+        key = ("atoms", user)
+        copy = self._current(conn, *key) if conn.getautocommit() else self._in_transaction(conn, key)
+        if copy is None:
+            return None
+        ids = [self.vocabulary.get(t[0]) for t in tokens if t]
+        want = 4 * k
+        while True:  # superseded atoms count in the statistics but are not candidates
+            ranked = copy.top_k(ids, want, plain=True)
+            found = [i for i, _ in ranked]
+            gone = {r[0] for r in conn.execute(
+                f'select "id" from "atoms" where "id" in {EACH} and "status" = ?',
+                (json_array(found), codec.STATUSES["superseded"]))}
+            kept = [i for i in found if i not in gone]
+            if len(kept) >= k or len(ranked) < want:
+                return kept[:k]
+            want *= 4
+
+    def wrote(self, conn: apsw.Connection, layer: str, user: str, ids: list[int]) -> None:
+        """Rows of user that absorb inserted or rewrote (a merge) inside the write transaction:
+        into the copy the transaction ranks against, if it has one (dedup began one)."""
+        overlay = self.overlays.get((layer, user))
+        if overlay is None or overlay.committed is not None or conn.getautocommit():
+            return
+        copy = overlay.copy
+        _, table, version = LAYERS[layer]
+        found = conn.execute(f'select "id", {version} from "{table}" where "id" in {EACH} order by "id"',
+                             (json_array(ids),)).fetchall()
+        if not found:
+            return
+        ids_now = np.fromiter((r[0] for r in found), np.int64, len(found))
+        versions = np.fromiter((r[1] for r in found), np.int64, len(found))
+        old = np.flatnonzero(copy.live & np.isin(copy.ids, ids_now))  # a merged row's old postings
+        copy.live[old] = False
+        overlay.killed.extend(old.tolist())
+        copy._norm = None
+        copy.add(*self._read(conn, layer, ids_now, versions))  # not folded: a rollback truncates the tail
+        overlay.probe = (int(ids_now[-1]), int(versions[-1]))
+
+    def _in_transaction(self, conn: apsw.Connection, key: tuple[str, str]) -> KeywordCopy | None:
+        """The copy of key inside a write transaction: the one this transaction changes, or one
+        exact at this transaction's start (its stamp has not moved), which it begins changing."""
+        overlay = self.overlays.get(key)
+        if overlay is not None and overlay.committed is None:
+            return overlay.copy if self.copies.get(key) is overlay.copy else None
+        self._settle(conn)
+        copy = self.copies.get(key)
+        if copy is None or copy.stamp != stamp(conn):
+            return None
+        self._watch(conn)
+        self.overlays[key] = Overlay(copy, weakref.ref(conn), len(copy.ids), len(copy.tail))
+        return copy
+
+    def _committing(self, conn: apsw.Connection | None) -> bool:
+        # Inside SQLite's commit: no SQL here. The copy's stamp after this commit is its own
+        # (this connection's commits do not move its data_version) with the changes counted
+        # now; _settle confirms the commit went through before the copy takes it.
+        for overlay in self.overlays.values():
+            if overlay.committed is None and conn is not None and overlay.conn() is conn:
+                overlay.committed = (overlay.copy.stamp[0], conn.total_changes())
+        return super()._committing(conn)
+
+    def _rolled_back(self, conn: apsw.Connection | None) -> None:
+        for key, overlay in list(self.overlays.items()):
+            if overlay.committed is None and overlay.conn() is conn:
+                overlay.undo()
+                del self.overlays[key]
+        super()._rolled_back(conn)
+
+    def _settle(self, conn: apsw.Connection) -> None:
+        """Copies a committed transaction changed: exact as of its commit if the last row it
+        wrote is in the file as written (else the commit failed: its changes are undone)."""
+        for key, overlay in list(self.overlays.items()):
+            owner = overlay.conn()
+            if owner is not None and (owner is not conn or overlay.committed is None and not conn.getautocommit()):
+                continue  # another connection's, or this transaction's own
+            del self.overlays[key]
+            if owner is None:  # its connection is gone: what it committed is read again
+                overlay.undo()
+                continue
+            _, table, version = LAYERS[key[0]]
+            held = None if overlay.probe is None else conn.execute(
+                f'select {version} from "{table}" where "id" = ?', (overlay.probe[0],)).fetchone()
+            if overlay.committed is not None and held is not None and held[0] == overlay.probe[1]:
+                overlay.copy.stamp = overlay.committed
+                overlay.copy.fold()
+            else:
+                overlay.undo()
 
     def top_k(self, conn: apsw.Connection, layer: str, user: str, terms: list[str],
               k: int, *, common: tuple[float, int] | None = None) -> list[tuple[int, float]] | None:
@@ -243,6 +393,8 @@ class KeywordCopies(Held):
 
     def _current(self, conn: apsw.Connection, layer: str, user: str) -> KeywordCopy | None:
         key = (layer, user)
+        if self.overlays:
+            self._settle(conn)
         copy, now, settled = self._held(conn, key)
         if settled:
             return copy
@@ -366,7 +518,7 @@ class KeywordCopies(Held):
             start = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
             for offset, part in zip(start, parts):
                 part[3].rows = part[3].rows + offset
-            postings = Postings(*(np.concatenate([getattr(p[3], f) for p in parts]) for f in ("terms", "rows", "counts")))
+            postings = Postings(*(np.concatenate([getattr(p[3], f) for p in parts]) for f in Postings.FIELDS))
             copy.add(*(np.concatenate([p[i] for p in parts]) for i in range(3)), postings)
         copy.fold()
 
@@ -390,8 +542,9 @@ class KeywordCopies(Held):
         column, row = cell % width, cell // width
         pairs, inverse = np.unique(term * n + row, return_inverse=True)  # sorted by term, then row
         counts = np.bincount(inverse, weights=weights[column], minlength=len(pairs))
+        plain = np.bincount(inverse, minlength=len(pairs)).astype(np.float32)
         lengths = np.bincount(row, minlength=n).astype(float)
-        return lengths, Postings((pairs // n).astype(np.int32), (pairs % n).astype(np.int32), counts)
+        return lengths, Postings((pairs // n).astype(np.int32), (pairs % n).astype(np.int32), counts, plain)
 
     def _tokens(self, cells: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The term id of every token of the cells, and the cell it is in. One tokenizer call

@@ -71,7 +71,8 @@ def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray |
     linked = _sharing_turns(conn, atom_id)
     found = layers.candidates(conn, user)
     weight = _term_weights(terms, [keywords for _, _, keywords, _ in found])
-    near = _nearest_members(conn, user, atom_id, vector, settings.dedup_candidates, baseline, copies)
+    near = _nearest_members(conn, user, atom_id, vector, settings.dedup_candidates, baseline, copies,
+                            rescore=settings.dedup_rescore)
     if vector is not None:
         vector = unit(vector)
     best, best_score = None, -1.0
@@ -107,11 +108,13 @@ def _term_weights(terms: set[str], keyword_sets: list[set[str]]) -> dict[str, fl
 
 
 def _nearest_members(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray | None, k: int,
-                     baseline: float, copies: VectorCopies | None = None) -> dict[int, float]:
-    """{scenario: rescaled cosine of its nearest member} over the atom's k vector neighbours."""
+                     baseline: float, copies: VectorCopies | None = None, rescore: int = 0) -> dict[int, float]:
+    """{scenario: rescaled cosine of its nearest member} over the atom's k vector neighbours
+    (found as dedup found them: rescore is Settings.dedup_rescore)."""
     if vector is None:
         return {}
-    near = [(i, c) for i, c in vectors.nearest(conn, "atoms", user, vector, k + 1, copies=copies) if i != atom_id and c is not None]
+    near = [(i, c) for i, c in vectors.nearest(conn, "atoms", user, vector, k + 1, copies=copies, rescore=rescore)
+            if i != atom_id and c is not None]
     of = layers.scenarios_of(conn, [i for i, _ in near])
     out: dict[int, float] = {}
     for i, c in near:
