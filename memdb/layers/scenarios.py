@@ -172,6 +172,9 @@ def _split(conn: apsw.Connection, user: str, scenario_id: int, ts: str, settings
     """Split a scenario grown past scenario_max_members in two when its members fall in two
     groups (two-means on their vectors) that are each big enough and no closer than joining
     needs; otherwise it stays whole: its members say it is one thing."""
+    size = conn.execute('select "members" from "scenarios" where "id" = ?', (scenario_id,)).fetchone()
+    if size is None or size[0] <= settings.scenario_max_members:  # refresh counted them: no need to read them
+        return
     found = [m for m in layers.members(conn, scenario_id) if m.vector is not None]
     if len(found) <= settings.scenario_max_members:
         return
