@@ -28,6 +28,7 @@ from .index.copies import VectorCopies
 from .index.engine import Engine
 from .ingest import embed_turns, insert_turns
 from .layers import persona, scenarios
+from .layers.index import ScenarioIndex
 from .settings import Settings
 
 if TYPE_CHECKING:  # for the annotations only: memory.py imports this module
@@ -151,7 +152,8 @@ def absorb(mem: Memory, candidate: Candidate, *, user: str, ts: str,
                                          keywords=mem.keywords),
                                   multilingual=getattr(mem.embedding.embedder, "multilingual", True))
     layers(mem.conn, user=user, atom_id=atom_id, kind=candidate.record["kind"], vector=vector, ts=ts,
-           settings=mem.settings, cosine_baseline=mem.embedding.cosine_baseline(), copies=mem.copies)
+           settings=mem.settings, cosine_baseline=mem.embedding.cosine_baseline(), copies=mem.copies,
+           index=mem.scenario_index)
     return action, atom_id
 
 
@@ -169,14 +171,16 @@ def withheld(conn: apsw.Connection, candidate: Candidate) -> bool:
 
 
 def layers(conn: apsw.Connection, *, user: str, atom_id: int, kind: str, vector: np.ndarray | None, ts: str,
-           settings: Settings, cosine_baseline: float, copies: VectorCopies | None = None) -> None:
+           settings: Settings, cosine_baseline: float, copies: VectorCopies | None = None,
+           index: ScenarioIndex | None = None) -> None:
     """Keep the user's L2 and L3 current after absorb stored or merged atom_id (settings.layers):
-    its scenario placed (through the in-RAM vector copies when there are some), and the persona
+    its scenario placed (through the in-RAM vector copies and scenario index when there are
+    some), and the persona
     card re-ranked for a fact, preference or constraint. Call inside connection.write()."""
     if not settings.layers:
         return
     scenarios.place(conn, user=user, atom_id=atom_id, vector=vector, ts=ts, settings=settings,
-                    cosine_baseline=cosine_baseline, copies=copies)
+                    cosine_baseline=cosine_baseline, copies=copies, index=index)
     if kind != "event":  # the card holds facts, preferences and constraints
         persona.update(conn, user, settings, changed=[atom_id])
 
