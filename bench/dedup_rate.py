@@ -148,6 +148,8 @@ def main() -> None:
         if keywords is not None:
             keywords.sync(conn, "atoms", user)
         conn.execute("begin immediate")
+        if "index" in layer_indexes and settings.layers:  # as Memory's batch does before it writes
+            layer_indexes["index"].begin(conn, user)
         for i in range(start, min(args.atoms, start + every)):
             if args.batch and i % args.batch == 0 and hasattr(copies, "expect"):
                 copies.expect(vectors[i:i + args.batch])

@@ -112,6 +112,8 @@ def write(mem: Memory, turns: list[Turn], candidates: list[Candidate], outcomes:
         # have removed them: write only for turns still pending, so nothing is absorbed twice
         # and no atom cites a turn that is gone.
         pending = pipeline.still_pending(mem.conn, turns)
+        if mem.settings.layers and mem.scenario_index is not None:  # before the batch writes (its docstring)
+            mem.scenario_index.begin(mem.conn, user)
         for i, candidate in enumerate(candidates):
             if not set(candidate.turn_ids) <= pending:
                 continue

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 import memdb
-from memdb import codec
+from memdb import codec, flow
 from memdb.db import connection
 from memdb.index import fts, vectors
 from memdb.index.copies import VectorCopies, VectorCopy
 from memdb.index.engine import Engine
+from memdb.extraction.records import Candidate
 from memdb.lifecycle import absorb
 from memdb.vecmath import unit
 
@@ -201,3 +202,90 @@ def test_an_atom_ranked_alone_is_shortlisted_by_its_codes_unless_dedup_rescore_i
     assert exact == part.top_k(query, 8, None, among=shortlisted)
     copies.expect([query])
     assert 8 * 4 == len(copies._batch_rows(part, 8, 0, rescore=0))  # exact: every vector read
+
+
+# ---------------------------------------------------------------- the scenario index
+
+TOPICS = [["payment", "refactor", "invoices", "ledger"], ["sourdough", "starter", "flour", "oven"],
+          ["kayak", "river", "paddle", "rapids"], ["chess", "opening", "endgame", "tournament"]]
+
+
+def topical(n: int, seed: int) -> list[dict]:
+    """Records that fall in a few topics with words shared across them, so atoms join, seed,
+    merge and split scenarios."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = rng.sample(rng.choice(TOPICS), 2) + [rng.choice(rng.choice(TOPICS))]
+        out.append({"kind": rng.choice(["fact", "event", "preference"]), "subject": rng.choice(NAMES),
+                    "predicate": rng.choice(VERBS), "object": " ".join(words)})
+    return out
+
+
+def placed(mem) -> list[tuple]:
+    """Every scenario of "u" as placement left it: members and derived columns."""
+    return mem.conn.execute(
+        'select s."id", s."title", s."state", s."keywords", s."centroid", s."members", s."held", '
+        '(select group_concat("atom_id") from (select "atom_id" from "scenario_atoms" m '
+        'where m."scenario_id" = s."id" order by "atom_id")) from "scenarios" s where s."user" = ? order by s."id"',
+        ("u",)).fetchall()
+
+
+def test_the_scenario_index_places_atoms_as_the_scan_does(tmp_path, embedder):
+    settings = memdb.Settings(scenario_max_members=6, scenario_merge_similarity=0.5, scenario_merge_keywords=0.3,
+                              keyword_copy_min=1, vector_copy_min=1)
+    found = {}
+    for name in ("index", "scan"):
+        with memdb.open(tmp_path / f"{name}.db", embedder=embedder, extract="defer", settings=settings) as m:
+            if name == "scan":
+                m.scenario_index = None  # flow.layers then reads every scenario for each atom
+            later = topical(120, seed=2)
+            turns = m.add([{"content": codec.canonical_text(r), "ts": TS} for r in later], user="u")
+            for start in range(0, len(later), 10):  # a transaction per ten atoms, as extraction batches write
+                with connection.write(m.conn):
+                    for record, turn in zip(later[start:start + 10], turns[start:start + 10]):
+                        vector = m.embedding.embed([codec.canonical_text(record)])[0]
+                        flow.absorb(m, _candidate(record, turn), user="u", ts=TS, vector=vector)
+            found[name] = placed(m)
+    assert found["scan"] == found["index"]
+    sizes = [row[5] for row in found["index"]]
+    assert max(sizes) > 1 and min(sizes) == 1 and len(sizes) > 3  # atoms joined scenarios and seeded new ones
+
+
+def _candidate(record: dict, turn: int) -> Candidate:
+    return Candidate(record=record, confidence=0.8, turn_ids=[turn])
+
+
+def test_the_scenario_index_is_kept_across_commits_and_dropped_by_a_rollback(copied, db_path, embedder):
+    index = copied.scenario_index
+    loads = []
+    load = index._load
+    index._load = lambda conn, user: loads.append(user) or load(conn, user)
+    later = topical(12, seed=4)
+    turns = copied.add([{"content": codec.canonical_text(r), "ts": TS} for r in later], user="u")
+
+    def absorb_and_place(record: dict, turn: int) -> None:  # in a transaction begun as extraction begins a batch
+        index.begin(copied.conn, "u")
+        vector = copied.embedding.embed([codec.canonical_text(record)])[0]
+        flow.absorb(copied, _candidate(record, turn), user="u", ts=TS, vector=vector)
+
+    for record, turn in zip(later[:6], turns[:6]):
+        with connection.write(copied.conn):
+            absorb_and_place(record, turn)
+    assert ["u"] == loads  # read once, then carried from commit to commit
+    before = placed(copied)
+    with pytest.raises(RuntimeError), connection.write(copied.conn):
+        absorb_and_place(later[6], turns[6])
+        assert before != placed(copied)
+        raise RuntimeError("the batch fails")
+    assert "u" not in index.copies and before == placed(copied)
+    with memdb.open(db_path, embedder=embedder, extract="defer") as other:  # another connection's forget
+        other.forget(user="u", atom_id=other.conn.execute('select min("atom_id") from "scenario_atoms"').fetchone()[0])
+    with connection.write(copied.conn):
+        held = index.get(copied.conn, "u")
+        fresh = index._load(copied.conn, "u")
+    assert ["u", "u", "u"] == loads  # read again after the rollback and after the other connection's write
+    assert {sid: (s.keywords, s.members, None if s.vector is None else s.vector.tobytes())
+            for sid, s in held.found.items()} == \
+        {sid: (s.keywords, s.members, None if s.vector is None else s.vector.tobytes())
+         for sid, s in fresh.found.items()}

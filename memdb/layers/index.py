@@ -128,23 +128,39 @@ class ScenarioIndex(Held):
     around every use, as it does for the connection."""
 
 
+    def begin(self, conn: apsw.Connection, user: str) -> None:
+        """At the start of a write transaction that will place user's atoms, before it writes:
+        the index held is this transaction's if it is still exact (its stamp is the file's),
+        else it is read again now."""
+        if conn.getautocommit():
+            return
+        held = self.copies.get(user)
+        now = stamp(conn)
+        if held is None or held.stamp != now or held.epoch != connection.get_meta(conn, "vectors_epoch"):
+            held = self._load(conn, user)
+            held.stamp = now
+        self._own(conn, user, held)
+
     def get(self, conn: apsw.Connection, user: str) -> UserScenarios | None:
-        """User's scenarios for placement inside the current write transaction; None outside one
-        (placement then reads the file)."""
+        """User's scenarios for placement inside the current write transaction (None outside
+        one: placement then reads the file). Without begin() at the transaction's start they
+        are read here, once per transaction: after the transaction's own writes, the file's
+        stamp no longer says whether an index held from before is exact."""
         if conn.getautocommit():
             return None
         held = self.copies.get(user)
         if held is not None and held.transaction == self.transactions and held.conn is not None \
                 and held.conn() is conn:
             return held  # this transaction's own: placement keeps it exact
-        now = stamp(conn)
-        if held is None or held.stamp != now:
-            held = self._load(conn, user)
-            held.stamp = now
-            self.copies[user] = held
-        self._watch(conn)  # its end decides what becomes of what this transaction writes
-        held.transaction, held.conn = self.transactions, weakref.ref(conn)
+        held = self._load(conn, user)
+        held.stamp = (-1, -1)  # exact now, but since when is unknown: nothing to carry past the commit
+        self._own(conn, user, held)
         return held
+
+    def _own(self, conn: apsw.Connection, user: str, held: UserScenarios) -> None:
+        self._watch(conn)  # the transaction's end decides what becomes of what it writes
+        held.transaction, held.conn = self.transactions, weakref.ref(conn)
+        self.copies[user] = held
 
     def _load(self, conn: apsw.Connection, user: str) -> UserScenarios:
         # A one-atom scenario's vector is its atom's, which changes only when the file's
@@ -177,7 +193,7 @@ class ScenarioIndex(Held):
         # No SQL inside a commit: this connection's own commit leaves its data_version as it was.
         for held in self.copies.values():
             if held.transaction == self.transactions and held.conn is not None and held.conn() is conn \
-                    and conn is not None:
+                    and conn is not None and held.stamp != (-1, -1):
                 held.stamp = (held.stamp[0], conn.total_changes())
         return super()._committing(conn)
 
