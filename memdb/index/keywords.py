@@ -99,43 +99,88 @@ class Postings:
 @dataclass
 class KeywordCopy:
     """One user's postings of one layer: rows in the order read, each with its id, version,
-    token count and a live flag (False once removed or rewritten)."""
+    token count and a live flag (False once removed or rewritten). The rows' arrays keep room
+    to grow (an eighth), so a write appending a row does not copy them all."""
 
-    ids: np.ndarray
-    versions: np.ndarray
-    lengths: np.ndarray  # float64: tokens in the row, every column
-    live: np.ndarray
+    _ids: np.ndarray
+    _versions: np.ndarray
+    _lengths: np.ndarray  # float64: tokens in the row, every column
+    _live: np.ndarray
     sorted: Postings
     tail: Postings
+    n: int = 0  # rows used
+    top: int = 0  # the highest id ever added
     stamp: tuple[int, int] = (0, 0)
     turns: tuple[int, int] = (0, 0)  # the user's turns when last read: how many, the highest id
-    _norm: tuple[int, np.ndarray] | None = None  # _statistics(), until rows change
+    _norm: tuple[int, float] | None = None  # _statistics(), kept as rows come and go
 
     @classmethod
     def empty(cls, **fields: Any) -> KeywordCopy:
-        return cls(ids=np.empty(0, np.int64), versions=np.empty(0, np.int64), lengths=np.empty(0),
-                   live=np.empty(0, bool), sorted=Postings(), tail=Postings(), **fields)
+        return cls(_ids=np.empty(0, np.int64), _versions=np.empty(0, np.int64), _lengths=np.empty(0),
+                   _live=np.empty(0, bool), sorted=Postings(), tail=Postings(), **fields)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids[: self.n]
+
+    @property
+    def versions(self) -> np.ndarray:
+        return self._versions[: self.n]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self._lengths[: self.n]
+
+    @property
+    def live(self) -> np.ndarray:
+        return self._live[: self.n]
 
     @property
     def nbytes(self) -> int:
-        rows = self.ids.nbytes + self.versions.nbytes + self.lengths.nbytes + self.live.nbytes
+        rows = self._ids.nbytes + self._versions.nbytes + self._lengths.nbytes + self._live.nbytes
         return rows + self.sorted.nbytes + self.tail.nbytes
 
     def add(self, ids: np.ndarray, versions: np.ndarray, lengths: np.ndarray, postings: Postings) -> None:
         """Append rows (postings' row indices counted from 0 for the first of them)."""
-        postings.rows = postings.rows + len(self.ids)
-        self.ids = np.concatenate([self.ids, ids])
-        self.versions = np.concatenate([self.versions, versions])
-        self.lengths = np.concatenate([self.lengths, lengths])
-        self.live = np.concatenate([self.live, np.ones(len(ids), bool)])
-        self._norm = None
+        postings.rows = postings.rows + self.n
+        need = self.n + len(ids)
+        if need > len(self._ids):
+            capacity = need + need // 8 + 64
+            for name in ("_ids", "_versions", "_lengths", "_live"):
+                old = getattr(self, name)
+                grown = np.zeros(capacity, old.dtype)
+                grown[: self.n] = old[: self.n]
+                setattr(self, name, grown)
+        self._ids[self.n : need], self._versions[self.n : need] = ids, versions
+        self._lengths[self.n : need], self._live[self.n : need] = lengths, True
+        self.n = need
+        if len(ids):
+            self.top = max(self.top, int(ids.max()))
+        if self._norm is not None:
+            self._norm = (self._norm[0] + len(ids), self._norm[1] + float(lengths.sum()))
         self.tail.extend(postings)
+
+    def kill(self, rows: np.ndarray) -> None:
+        """Mark live rows dead (removed, or rewritten and added again)."""
+        rows = rows[self.live[rows]]
+        self._live[rows] = False
+        if self._norm is not None:
+            self._norm = (self._norm[0] - len(rows), self._norm[1] - float(self.lengths[rows].sum()))
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n rows (a rolled-back transaction's rows leave)."""
+        self.n = n
+        self._norm = None
 
     def fold(self) -> None:
         """Sort the tail into the postings once it is too long to scan per term."""
         if len(self.tail) > TAIL_FRACTION * len(self.sorted):
-            self.sorted.extend(self.tail)
-            self.sorted.sort()
+            if len(self.sorted):
+                self.sorted.extend(self.tail)
+                self.sorted.sort()
+            else:  # a new copy: sorting its tail alone holds one copy of the postings less
+                self.tail.sort()
+                self.sorted = self.tail
             self.tail = Postings()
 
     def postings(self, term: int, plain: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -147,16 +192,16 @@ class KeywordCopy:
             at = self.tail.terms == term
             rows = np.concatenate([rows, self.tail.rows[at]])
             counts = np.concatenate([counts, getattr(self.tail, weighed)[at]])
-        keep = self.live[rows]
+        keep = self._live[rows]
         return rows[keep], counts[keep]
 
-    def _statistics(self) -> tuple[int, np.ndarray]:
-        """Live rows, and each row's length term of bm25's denominator: k1 (1 - b + b dl/avgdl)."""
+    def _statistics(self) -> tuple[int, float]:
+        """Live rows and the average row length (bm25's avgdl)."""
         if self._norm is None:
-            live = int(self.live.sum())
-            average = float(self.lengths[self.live].sum()) / live if live else 1.0
-            self._norm = (live, K1 * (1 - B + B * self.lengths / average))
-        return self._norm
+            live = self.live
+            self._norm = (int(live.sum()), float(self.lengths[live].sum()))
+        count, total = self._norm
+        return count, (total / count if count else 1.0)
 
     def common(self, terms: list[int | None], share: float, least_rows: int) -> set[int]:
         """The terms held by more than share of the live rows, once there are least_rows of them
@@ -170,11 +215,12 @@ class KeywordCopy:
         """(id, bm25) of the k best-scoring live rows holding any term, best first; ties by id.
         A term is counted as often as it is given, as FTS5 scores each phrase of an OR.
         plain: every column weighs 1 (FTS5's rank), not the search's column weights."""
-        live, norm = self._statistics()
+        live, average = self._statistics()
         if not live:
             return []
-        scores = np.zeros(len(self.ids))
-        matched = np.zeros(len(self.ids), bool)
+        # Only the matched rows are scored (an array over every row cost more at 1M rows); each
+        # row's terms are summed in the order given, as FTS5 sums its phrases.
+        matched, parts = [], []
         for term in terms:
             if term is None:
                 continue
@@ -183,14 +229,19 @@ class KeywordCopy:
                 continue
             idf = math.log((live - len(rows) + 0.5) / (len(rows) + 0.5))
             idf = idf if idf > 0 else 1e-6
-            scores[rows] += idf * (K1 + 1) * counts / (counts + norm[rows])  # a row once per term
-            matched[rows] = True
-        found = np.flatnonzero(matched)
+            norm = K1 * (1 - B + B * self._lengths[rows] / average)  # bm25's k1 (1 - b + b dl/avgdl)
+            matched.append(rows)
+            parts.append(idf * (K1 + 1) * counts / (counts + norm))  # a row once per term
+        if not matched:
+            return []
+        found, at = np.unique(np.concatenate(matched), return_inverse=True)
+        scores = np.bincount(at, weights=np.concatenate(parts), minlength=len(found))
         if len(found) > k:
-            found = found[np.argpartition(-scores[found], k - 1)[:k]]
+            best = np.argpartition(-scores, k - 1)[:k]
+            found, scores = found[best], scores[best]
         # By score, then id, for a stable answer (a rewritten row comes again at a later index).
-        found = found[np.lexsort((self.ids[found], -scores[found]))]
-        return [(int(self.ids[i]), float(scores[i])) for i in found]
+        order = np.lexsort((self._ids[found], -scores))
+        return [(int(self._ids[found[i]]), float(scores[i])) for i in order]
 
 
 @dataclass
@@ -210,11 +261,9 @@ class Overlay:
 
     def undo(self) -> None:
         copy = self.copy
-        for name in ("ids", "versions", "lengths", "live"):
-            setattr(copy, name, getattr(copy, name)[: self.rows])
+        copy.truncate(self.rows)
         copy.live[[i for i in self.killed if i < self.rows]] = True
         copy.tail.truncate(self.tail)
-        copy._norm = None
 
 
 def _turns_held(conn: apsw.Connection, user: str) -> tuple[int, int]:
@@ -306,10 +355,10 @@ class KeywordCopies(Held):
             return
         ids_now = np.fromiter((r[0] for r in found), np.int64, len(found))
         versions = np.fromiter((r[1] for r in found), np.int64, len(found))
-        old = np.flatnonzero(copy.live & np.isin(copy.ids, ids_now))  # a merged row's old postings
-        copy.live[old] = False
+        held = ids_now[ids_now <= copy.top]  # rewritten (a merge): their old postings die; new ids were never held
+        old = np.flatnonzero(copy.live & np.isin(copy.ids, held)) if len(held) else np.empty(0, np.int64)
+        copy.kill(old)
         overlay.killed.extend(old.tolist())
-        copy._norm = None
         copy.add(*self._read(conn, layer, ids_now, versions))  # not folded: a rollback truncates the tail
         overlay.probe = (int(ids_now[-1]), int(versions[-1]))
 
@@ -324,7 +373,7 @@ class KeywordCopies(Held):
         if copy is None or copy.stamp != stamp(conn):
             return None
         self._watch(conn)
-        self.overlays[key] = Overlay(copy, weakref.ref(conn), len(copy.ids), len(copy.tail))
+        self.overlays[key] = Overlay(copy, weakref.ref(conn), copy.n, len(copy.tail))
         return copy
 
     def _committing(self, conn: apsw.Connection | None) -> bool:
@@ -507,8 +556,7 @@ class KeywordCopies(Held):
         inside = at < len(ids)
         same = np.zeros(len(held), bool)
         same[inside] = (ids[at[inside]] == copy.ids[held][inside]) & (versions[at[inside]] == copy.versions[held][inside])
-        copy.live[held[~same]] = False
-        copy._norm = None
+        copy.kill(held[~same])
         fresh = np.ones(len(ids), bool)
         fresh[at[inside][same[inside]]] = False
         fresh = np.flatnonzero(fresh)
