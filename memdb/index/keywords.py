@@ -78,6 +78,10 @@ class Postings:
         return len(self.terms)
 
     def extend(self, other: Postings) -> None:
+        if not len(self):  # a copy's first rows: taken as they are, not copied (the build's peak memory)
+            for name in self.FIELDS:
+                setattr(self, name, getattr(other, name))
+            return
         for name in self.FIELDS:
             setattr(self, name, np.concatenate([getattr(self, name), getattr(other, name)]))
 
@@ -566,8 +570,14 @@ class KeywordCopies(Held):
             start = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
             for offset, part in zip(start, parts):
                 part[3].rows = part[3].rows + offset
-            postings = Postings(*(np.concatenate([getattr(p[3], f) for p in parts]) for f in Postings.FIELDS))
-            copy.add(*(np.concatenate([p[i] for p in parts]) for i in range(3)), postings)
+            postings = Postings()
+            for name in Postings.FIELDS:  # one array at a time, each part's freed as it goes
+                setattr(postings, name, np.concatenate([getattr(p[3], name) for p in parts]))
+                for p in parts:
+                    setattr(p[3], name, None)
+            rows = [np.concatenate([p[i] for p in parts]) for i in range(3)]
+            del parts
+            copy.add(*rows, postings)
         copy.fold()
 
     def _read(self, conn: apsw.Connection, layer: str, ids: np.ndarray,
