@@ -12,7 +12,9 @@ brought up to date from the committed file: ids are never reused, so new rows ar
 the copy's highest id; the superseded flags are read again; and the file's 'vectors_epoch'
 (bumped whenever vectors are deleted or rebuilt) forces a reload. Copies are only changed
 outside transactions, so a rolled-back write never leaves a row behind; inside one
-(deduplication during extraction) the rows written since are read beside it.
+(deduplication during extraction) the rows written since are read beside it, each look reading
+only those new since the last, until the transaction ends (SQLite's commit and rollback hooks,
+Held._watch, drop them).
 
 With Settings.vector_copy_files, a user with at least vector_copy_file_min vectors has the copy
 written to a file beside the database once (copyfiles.py) and memory-mapped by later opens: the

@@ -20,8 +20,11 @@ user's (id, version) pairs are read again, where an atom's version is its "seen"
 the one path that rewrites an atom's FTS row besides forget, bumps it); a forgotten turn, which
 rewrites the source words of the atoms it fed, forces a reload of the atoms' copy. New and
 changed rows are tokenized into a tail that is folded into the sorted postings once it grows;
-removed and rewritten rows are dropped by a live flag. Inside a transaction FTS5 answers
-(None), as it sees the uncommitted rows.
+removed and rewritten rows are dropped by a live flag. Inside a transaction a search is FTS5's
+(None), as it sees the uncommitted rows; deduplication's keyword candidates (dedup: FTS5's
+rank, every column weighing 1) are the copy's, kept exact inside the write by the rows absorb
+tells it of (wrote), undone by a rollback and kept by a commit (SQLite's hooks), so the next
+write finds the copy exact without reading the user's rows again.
 
 A copy of a user with at least `background_rows` rows (tokenizing 1M atoms takes ~45 s) is built
 by a thread on a connection of its own, given an opener; FTS5 answers until it is ready. The
