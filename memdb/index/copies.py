@@ -264,6 +264,8 @@ class VectorCopies(Held):
         # Inside a write, the rows of (layer, user) written since its copy was last brought up to
         # date, read as they come: (self.transactions then, the copy, those rows).
         self.pending: dict[tuple[str, str], tuple[int, VectorCopy, VectorCopy]] = {}
+        # id of a part -> (the part, what it was ranked for, its batch rows by exact cosine, those)
+        self.orders: dict[int, tuple[VectorCopy, tuple, np.ndarray, np.ndarray]] = {}
 
     def expect(self, vectors: np.ndarray) -> None:
         """Vectors about to be ranked one after another (an extraction batch's atoms, each
@@ -272,6 +274,7 @@ class VectorCopies(Held):
         instead of once per vector; each vector's answer stays the one ranking it alone gives."""
         vectors = [np.asarray(v, np.float32) for v in vectors]  # [] forgets the last batch
         self.expected = {v.tobytes(): i for i, v in enumerate(vectors)}
+        self.orders = {}
         self.queries = np.stack([unit(v) for v in vectors]) if vectors else np.empty((0, 0), np.float32)
         self.batches = {}
 
@@ -293,10 +296,32 @@ class VectorCopies(Held):
             batched = 0
         query = unit(query)
         with self.blas_limit():
-            ranked = [hit for part, active in parts for hit in part.top_k(
-                query, k, active if active_only else None, among=self._batch_rows(part, k, batched, rescore),
-                rescore=rescore)]
+            ranked = [hit for part, active in parts for hit in self._among(
+                part, query, k, active if active_only else None, self._batch_rows(part, k, batched, rescore), rescore)]
         return sorted(ranked, key=lambda hit: -hit[1])[:k] if len(parts) > 1 else ranked
+
+    def _among(self, part: VectorCopy, query: np.ndarray, k: int, active: np.ndarray | None,
+               among: np.ndarray | None, rescore: int) -> list[tuple[int, float]]:
+        """part.top_k for query among a batch ranking's rows, those rows' exact order kept: dedup
+        ranks an atom's vector for k neighbours, then scenario placement for k + 1 among the
+        same rows, which then only drops the rows superseded since (the order of those left is
+        the one ranking them again gives)."""
+        if among is None:
+            return part.top_k(query, k, active, rescore=rescore)
+        key = (part.n, len(among), query.tobytes())
+        made = self.orders.get(id(part))
+        if made is None or made[0] is not part or made[1] != key:
+            rows = np.sort(among)
+            scores = np.asarray(part.matrix[rows]) @ query
+            order = np.argsort(-scores, kind="stable")  # ties by row, as part.top_k breaks them
+            self.orders[id(part)] = made = (part, key, rows[order], scores[order])
+        rows, scores = made[2], made[3]
+        if active is not None:
+            keep = active[rows]
+            rows, scores = rows[keep], scores[keep]
+        if len(rows) < k:  # too many superseded since: every row, as part.top_k does
+            return part.top_k(query, k, active)
+        return [(int(part.ids[r]), float(c)) for r, c in zip(rows[:k], scores[:k])]
 
     def _batch_rows(self, part: VectorCopy, k: int, batched: int | None, rescore: int = 0) -> np.ndarray | None:
         """The rows of part nearest to the expected vector at index batched, from one ranking
