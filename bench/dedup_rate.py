@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import inspect
 import json
 import random
 import resource
@@ -79,7 +80,31 @@ def main() -> None:
     except ImportError:
         flow, upkept = None, absorb
     upkept.scenarios.place = timed(upkept.scenarios.place)
-    upkept.persona.update = timed(upkept.persona.update)
+    # A large user's persona card is ranked fully once every (ranked atoms / 100) updates
+    # (layers/persona.py), and a run starts with one (the file has no card yet): its time is
+    # also reported alone, and spread over the updates until the next, as a process writing
+    # for a while pays it.
+    full_rankings: list[tuple[float, int]] = []  # (seconds, updates until the next)
+    updates = [0]
+
+    def persona_timed(fn):
+        def run(conn, user, settings, changed=None):
+            key = f"persona_rank:{user}"
+            before = conn.execute('select "value" from "meta" where "key" = ?', (key,)).fetchone()
+            t = time.perf_counter()
+            updates[0] += 1
+            try:
+                return fn(conn, user, settings, changed)
+            finally:
+                spent = time.perf_counter() - t
+                upkeep[0] += spent
+                after = conn.execute('select "value" from "meta" where "key" = ?', (key,)).fetchone()
+                left_before = json.loads(before[0]).get("left", 0) if before else 0
+                if changed is None or left_before <= 0:
+                    full_rankings.append((spent, json.loads(after[0]).get("left", 0) if after else 0))
+        return run
+
+    upkept.persona.update = persona_timed(upkept.persona.update)
     db = args.db
     if args.commit_every:  # commits change the file: work on a scratch copy of it
         db = args.db + ".scratch"
@@ -91,6 +116,13 @@ def main() -> None:
     user = conn.execute('select "user" from "atoms" limit 1').fetchone()[0]
     copies = VectorCopies(vector_copy_min=settings.vector_copy_min, vector_copy_mb=args.copy_mb)
     indexes = {"copies": copies, "term_counts": TermCounts(growth=settings.term_counts_growth)}
+    keywords = None
+    if hasattr(absorb, "KeywordCopies"):  # dedup ranks keyword candidates in the keyword copy since issue 29
+        from memdb.index.keywords import KeywordCopies
+        keywords = KeywordCopies(keyword_copy_min=settings.keyword_copy_min, keyword_copy_mb=settings.keyword_copy_mb,
+                                 atom_columns=settings.atom_columns, turn_columns=settings.turn_columns,
+                                 shared=settings.keyword_copy_shared)
+        indexes["keywords"] = keywords
     pool_bases = synth.bases(synth.POOL)
     pool = synth.pool_vectors(pool_bases)
     rng, nrng = random.Random(9), np.random.default_rng(9)
@@ -102,12 +134,22 @@ def main() -> None:
     records = [synth.record_for(pool_bases[i], rng.choice(["Alice", "Bob", "小王"]), dt.date(2023, 5, 1), rng) for i in ids]
     vectors = synth.derive(pool, np.array(ids), nrng)
     every = args.commit_every or args.atoms
-    copies.sync(conn, "atoms", user)  # the copy loaded before the clock starts, as in a warm process
+    layer_indexes = {}  # the scenario index, as Memory holds one, since issue 29
+    if flow is not None and "index" in inspect.signature(flow.layers).parameters:
+        from memdb.layers.index import ScenarioIndex
+        layer_indexes["index"] = ScenarioIndex()
+    copies.sync(conn, "atoms", user)  # the copies loaded before the clock starts, as in a warm process
+    if keywords is not None:
+        keywords.sync(conn, "atoms", user)
     decisions = []
     t0 = time.perf_counter()
     for start in range(0, args.atoms, every):
         copies.sync(conn, "atoms", user)  # as Memory does before each extraction batch
+        if keywords is not None:
+            keywords.sync(conn, "atoms", user)
         conn.execute("begin immediate")
+        if "index" in layer_indexes and settings.layers:  # as Memory's batch does before it writes
+            layer_indexes["index"].begin(conn, user)
         for i in range(start, min(args.atoms, start + every)):
             if args.batch and i % args.batch == 0 and hasattr(copies, "expect"):
                 copies.expect(vectors[i:i + args.batch])
@@ -120,11 +162,13 @@ def main() -> None:
                                          ts=ts, vector=vectors[i], settings=settings, **indexes)
             if flow is not None:
                 flow.layers(conn, user=user, atom_id=decision[1], kind=records[i]["kind"], vector=vectors[i], ts=ts,
-                            settings=settings, cosine_baseline=0.0, copies=copies)
+                            settings=settings, cosine_baseline=0.0, copies=copies, **layer_indexes)
             decisions.append(decision)
         if args.commit_every:
             conn.execute("commit")
     seconds = time.perf_counter() - t0
+    # What the clock saw (the full ranking below, after it, is not upkeep).
+    layers_seconds, ranked_fully, updated = upkeep[0], list(full_rankings), updates[0]
     if args.commit_every:
         conn.execute("begin immediate")
     card = full = placed = None
@@ -148,7 +192,13 @@ def main() -> None:
                       "commit_every": args.commit_every,
                       "settings": args.set, "absorb_atoms_per_s": round(args.atoms / seconds, 1),
                       "ms_per_atom": round(1000 * seconds / args.atoms, 2),
-                      "layers_ms_per_atom": round(1000 * upkeep[0] / args.atoms, 2),
+                      "layers_ms_per_atom": round(1000 * layers_seconds / args.atoms, 2),
+                      # the same with each full persona ranking spread over the updates until the next
+                      "layers_ms_per_atom_full_ranking_spread": round(1000 * (layers_seconds - sum(
+                          spent - spent * min(updated, left) / max(left, 1) for spent, left in ranked_fully))
+                          / args.atoms, 2),
+                      "persona_full_rankings_ms": [round(1000 * spent, 1) for spent, _ in ranked_fully],
+                      "persona_updates": updated,
                       "actions": {a: sum(d[0] == a for d in decisions) for a in {d[0] for d in decisions}},
                       "decisions": decisions, "persona_card": card, "persona_card_full": full,
                       "scenarios_digest": placed,

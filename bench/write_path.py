@@ -47,6 +47,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--name", default="100k")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "write_path.json")
+    parser.add_argument("--variants", help="comma-separated names of the variants to run (default: all)")
     args = parser.parse_args()
     variants = {  # name: (tree, atoms, batch, settings)
         "one_at_a_time": (ROOT, args.atoms, 0, []),
@@ -57,12 +58,15 @@ def main() -> None:
     if args.base:
         variants["base_one_at_a_time"] = (args.base, args.base_atoms, 0, [])
         variants["base_batched"] = (args.base, args.base_atoms, args.batch, [])
+    if args.variants:
+        variants = {name: variants[name] for name in args.variants.split(",")}
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     load_before = os.getloadavg()
     for _ in range(args.repeats):
         for name, (tree, atoms, batch, settings) in variants.items():
             runs[name].append(run(tree, args.db, atoms, batch, settings))
-    reference = runs["base_one_at_a_time"][0]["decisions"] if args.base else runs["one_at_a_time"][0]["decisions"]
+    reference = runs["base_one_at_a_time"][0]["decisions"] if "base_one_at_a_time" in runs else \
+        runs["one_at_a_time"][0]["decisions"]
     out: dict = {}
     for name, found in runs.items():
         first = found[0]
@@ -74,6 +78,10 @@ def main() -> None:
             "ms_per_atom_median": statistics.median(r["ms_per_atom"] for r in found),
             "layers_ms_per_atom_median": statistics.median(r["layers_ms_per_atom"] for r in found),
             "layers_ms_per_atom_runs": [r["layers_ms_per_atom"] for r in found],
+            # each full persona ranking spread over the updates until the next (dedup_rate.py)
+            "layers_ms_per_atom_full_ranking_spread_median": statistics.median(
+                r.get("layers_ms_per_atom_full_ranking_spread", r["layers_ms_per_atom"]) for r in found),
+            "persona_full_rankings_ms": [r.get("persona_full_rankings_ms") for r in found],
             "actions": first["actions"],
             f"same_decisions_as_reference_first_{n}": first["decisions"][:n] == reference[:n],
             "decisions_differing": sum(a != b for a, b in zip(first["decisions"][:n], reference[:n])),
@@ -86,9 +94,12 @@ def main() -> None:
             out[name]["persona_top10_same_as_full_ranking"] = card[:10] == full[:10]
             out[name]["scenarios_digest"] = first.get("scenarios_digest")
     for on, off in (("one_at_a_time", "one_at_a_time_layers_off"), ("batched", "batched_layers_off")):
-        out[f"{on}_layers_upkeep_ms_per_atom"] = round(out[on]["ms_per_atom_median"] - out[off]["ms_per_atom_median"], 2)
+        if on in out and off in out:
+            out[f"{on}_layers_upkeep_ms_per_atom"] = round(out[on]["ms_per_atom_median"] - out[off]["ms_per_atom_median"], 2)
     if args.base:
         for name in ("one_at_a_time", "batched"):
+            if name not in out or f"base_{name}" not in out:
+                continue
             out[f"{name}_speedup_vs_base"] = round(out[name]["atoms_per_s_median"] / out[f"base_{name}"]["atoms_per_s_median"], 1)
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     results[args.name] = {

@@ -28,6 +28,7 @@ from .index.copies import VectorCopies
 from .index.engine import Engine
 from .ingest import embed_turns, insert_turns
 from .layers import persona, scenarios
+from .layers.index import ScenarioIndex
 from .settings import Settings
 
 if TYPE_CHECKING:  # for the annotations only: memory.py imports this module
@@ -105,11 +106,14 @@ def write(mem: Memory, turns: list[Turn], candidates: list[Candidate], outcomes:
     user = turns[0].user
     with mem.lock:
         mem.copies.sync(mem.conn, "atoms", user)  # outside the transaction: a large user's catch-up
+        mem.keywords.sync(mem.conn, "atoms", user)  # (dedup ranks its keyword candidates there)
     with mem.lock, connection.write(mem.conn):
         # While the model ran, another process may have extracted these turns or forget() may
         # have removed them: write only for turns still pending, so nothing is absorbed twice
         # and no atom cites a turn that is gone.
         pending = pipeline.still_pending(mem.conn, turns)
+        if mem.settings.layers and mem.scenario_index is not None:  # before the batch writes (its docstring)
+            mem.scenario_index.begin(mem.conn, user)
         for i, candidate in enumerate(candidates):
             if not set(candidate.turn_ids) <= pending:
                 continue
@@ -117,6 +121,8 @@ def write(mem: Memory, turns: list[Turn], candidates: list[Candidate], outcomes:
             action, _ = absorb(mem, candidate, user=user, ts=ts, vector=None if found is None else found[i])
             counts[action] = counts.get(action, 0) + 1
         pipeline.settle(mem.conn, turns, outcomes, pending, counts)
+    with mem.lock:  # a large user's keyword copy, if sync asked for one, built from now
+        mem.keywords.start_builds()
 
 
 def embed_atoms(mem: Memory, lines: list[str]) -> np.ndarray | None:
@@ -144,10 +150,12 @@ def absorb(mem: Memory, candidate: Candidate, *, user: str, ts: str,
                                   Incoming(user=user, record=candidate.record,
                                            confidence=candidate.confidence, turn_ids=candidate.turn_ids,
                                            ts=ts, vector=vector),
-                                  Engine(mem.settings, copies=mem.copies, term_counts=mem.term_counts),
+                                  Engine(mem.settings, copies=mem.copies, term_counts=mem.term_counts,
+                                         keywords=mem.keywords),
                                   multilingual=getattr(mem.embedding.embedder, "multilingual", True))
     layers(mem.conn, user=user, atom_id=atom_id, kind=candidate.record["kind"], vector=vector, ts=ts,
-           settings=mem.settings, cosine_baseline=mem.embedding.cosine_baseline(), copies=mem.copies)
+           settings=mem.settings, cosine_baseline=mem.embedding.cosine_baseline(), copies=mem.copies,
+           index=mem.scenario_index)
     return action, atom_id
 
 
@@ -165,14 +173,16 @@ def withheld(conn: apsw.Connection, candidate: Candidate) -> bool:
 
 
 def layers(conn: apsw.Connection, *, user: str, atom_id: int, kind: str, vector: np.ndarray | None, ts: str,
-           settings: Settings, cosine_baseline: float, copies: VectorCopies | None = None) -> None:
+           settings: Settings, cosine_baseline: float, copies: VectorCopies | None = None,
+           index: ScenarioIndex | None = None) -> None:
     """Keep the user's L2 and L3 current after absorb stored or merged atom_id (settings.layers):
-    its scenario placed (through the in-RAM vector copies when there are some), and the persona
+    its scenario placed (through the in-RAM vector copies and scenario index when there are
+    some), and the persona
     card re-ranked for a fact, preference or constraint. Call inside connection.write()."""
     if not settings.layers:
         return
     scenarios.place(conn, user=user, atom_id=atom_id, vector=vector, ts=ts, settings=settings,
-                    cosine_baseline=cosine_baseline, copies=copies)
+                    cosine_baseline=cosine_baseline, copies=copies, index=index)
     if kind != "event":  # the card holds facts, preferences and constraints
         persona.update(conn, user, settings, changed=[atom_id])
 

@@ -27,6 +27,7 @@ from .index import copyfiles
 from .index.copies import VectorCopies
 from .index.fts import TermCounts
 from .index.keywords import KeywordCopies
+from .layers.index import ScenarioIndex
 from .ingest import check_messages
 from .layers import persona as personas, store as layers
 from .layers.store import Scenario
@@ -120,6 +121,7 @@ class Memory:
             opener=functools.partial(connection.connect, path, read_only=True) if self.copy_files else None,
         )
         self.term_counts = TermCounts(growth=settings.term_counts_growth)
+        self.scenario_index = ScenarioIndex()  # the users' scenarios, for placing atoms
         self.keywords = KeywordCopies(
             keyword_copy_min=settings.keyword_copy_min, keyword_copy_mb=settings.keyword_copy_mb,
             shared=settings.keyword_copy_shared, atom_columns=settings.atom_columns, turn_columns=settings.turn_columns,

@@ -76,6 +76,12 @@ class Settings:
     merge_min_overlap: float = 0.3
     merge_gain: float = 0.5
     dedup_candidates: int = 8
+    # A large user's vector copy finds an atom's dedup_candidates nearest (when it is ranked
+    # alone, not in an extraction batch) among the dedup_rescore x dedup_candidates rows
+    # nearest by 1-bit codes (at least 1,024), by their exact cosines; 0: every vector, exactly
+    # (one read of every vector per atom: 4-5 ms at 100k atoms, 40 ms at 1M). The decisions
+    # against exact ranking: bench/results/write_path.json.
+    dedup_rescore: int = 256
 
     # Conflicts: statements on the same subject and key count as comparable evidence (both
     # kept active, marked conflicting) when made this close in time with this close confidence.
@@ -167,7 +173,7 @@ class Settings:
     # A search ranks a large copy (10k+ vectors) by 1-bit codes of its vectors first (32x less
     # to read than float32) and the vector_rescore x pool nearest by their exact cosines (at
     # least 1,024); 0 ranks every vector exactly (the recall against exact: bench/results/
-    # scale_i29.json). Deduplication always ranks exactly.
+    # scale_i29.json). Deduplication: dedup_rescore.
     vector_rescore: int = 20
     # With vector_copy_files, a user's copy of at least vector_copy_file_min vectors is also
     # written once to a file beside the database (<file>-memdb-copies/, index/copyfiles.py) and
@@ -271,7 +277,7 @@ class Settings:
             _check(_is_int(getattr(self, name), 1), name, "a positive integer")
         for name in ("extract_history", "extract_context", "keyword_postings", "vector_copy_min", "context_evidence",
                      "common_term_rows", "vector_backfill", "keyword_copy_min", "vector_copy_file_min",
-                     "vector_rescore", "keyword_copy_background", "vector_copy_background"):
+                     "vector_rescore", "keyword_copy_background", "vector_copy_background", "dedup_rescore"):
             _check(_is_int(getattr(self, name), 0), name, "a non-negative integer")
         _check(_is_number(self.alpha_cjk, 0, 1), "alpha_cjk", "a number from 0 to 1")
         for name in ("confidence_own", "confidence_other", "confidence_hedge", "merge_similarity",

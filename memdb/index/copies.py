@@ -12,7 +12,9 @@ brought up to date from the committed file: ids are never reused, so new rows ar
 the copy's highest id; the superseded flags are read again; and the file's 'vectors_epoch'
 (bumped whenever vectors are deleted or rebuilt) forces a reload. Copies are only changed
 outside transactions, so a rolled-back write never leaves a row behind; inside one
-(deduplication during extraction) the rows written since are read beside it.
+(deduplication during extraction) the rows written since are read beside it, each look reading
+only those new since the last, until the transaction ends (SQLite's commit and rollback hooks,
+Held._watch, drop them).
 
 With Settings.vector_copy_files, a user with at least vector_copy_file_min vectors has the copy
 written to a file beside the database once (copyfiles.py) and memory-mapped by later opens: the
@@ -33,6 +35,7 @@ import contextlib
 import itertools
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +87,10 @@ class Held:
         # asked is done (start_builds), so that they do not share the CPU with it.
         self.building: dict[tuple[str, str], threading.Thread] = {}
         self.stopping = threading.Event()
+        # Transactions ended (committed or rolled back) on the connections watched: what a
+        # transaction's own rows were read beside a copy for is over once this moves.
+        self.transactions = 0
+        self._watched: weakref.WeakSet[apsw.Connection] = weakref.WeakSet()
 
     def start_builds(self) -> None:
         """Start the background builds that searches asked for (Memory.search, after each)."""
@@ -105,6 +112,24 @@ class Held:
             if thread.ident is None:  # never started: nothing to stop
                 del self.building[key]
         self.wait()
+
+    def _watch(self, conn: apsw.Connection) -> None:
+        """Hear of every commit and rollback of conn from now on (_committing, _rolled_back).
+        A rollback to a savepoint is not heard: what absorb writes is never rolled back alone."""
+        if conn not in self._watched:
+            ref = weakref.ref(conn)  # the hooks are the connection's: no cycle through them
+            conn.set_commit_hook(lambda: self._committing(ref()), id=("memdb-copies", id(self)))
+            conn.set_rollback_hook(lambda: self._rolled_back(ref()), id=("memdb-copies", id(self)))
+            self._watched.add(conn)
+
+    def _committing(self, conn: apsw.Connection | None) -> bool:
+        """SQLite's commit hook: a transaction of conn is about to commit (False lets it). No
+        SQL may run here."""
+        self.transactions += 1
+        return False
+
+    def _rolled_back(self, conn: apsw.Connection | None) -> None:
+        self.transactions += 1
 
     def _held(self, conn: apsw.Connection, key: tuple[str, str]) -> tuple[Any, tuple[int, int], bool]:
         """(the copy held for key or None, the file's stamp now, whether that answer stands as
@@ -214,7 +239,7 @@ class VectorCopy:
         distance = hamming(codes[:, : self.n], sign_codes(query, self.center))
         if active is not None:
             distance[~active[: self.n]] = np.iinfo(distance.dtype).max
-        rows = np.argpartition(distance, size)[:size]
+        rows = _smallest(distance, size)
         return rows if active is None else rows[active[rows]]
 
     def _codes(self) -> np.ndarray:
@@ -230,6 +255,17 @@ class VectorCopy:
             self.codes[:, lo:hi] = sign_codes(self.matrix[lo:hi], self.center)
         self.coded = self.n
         return self.codes
+
+
+def _smallest(distance: np.ndarray, size: int) -> np.ndarray:
+    """Row indices of the size smallest distances (small whole numbers), the lowest rows first
+    among equals: a count of each distance finds the cut, which costs a fraction of sorting
+    a million of them (argpartition: 10 ms at 1M rows; bench/results/dedup_1m.json)."""
+    if size >= len(distance):
+        return np.arange(len(distance))
+    cut = int(np.searchsorted(np.bincount(distance).cumsum(), size))  # the distance the size-th row is at
+    below = np.flatnonzero(distance < cut)
+    return np.concatenate([below, np.flatnonzero(distance == cut)[: size - len(below)]])
 
 
 def _grown(array: np.ndarray, capacity: int) -> np.ndarray:
@@ -262,6 +298,11 @@ class VectorCopies(Held):
         self.background_rows = background_rows if opener is not None else 0
         self.opener = opener
         self.ready: dict[tuple[str, str], VectorCopy | None] = {}
+        # Inside a write, the rows of (layer, user) written since its copy was last brought up to
+        # date, read as they come: (self.transactions then, the copy, those rows).
+        self.pending: dict[tuple[str, str], tuple[int, VectorCopy, VectorCopy]] = {}
+        # id of a part -> (the part, what it was ranked for, its batch rows by exact cosine, those)
+        self.orders: dict[int, tuple[VectorCopy, tuple, np.ndarray, np.ndarray]] = {}
 
     def expect(self, vectors: np.ndarray) -> None:
         """Vectors about to be ranked one after another (an extraction batch's atoms, each
@@ -270,6 +311,7 @@ class VectorCopies(Held):
         instead of once per vector; each vector's answer stays the one ranking it alone gives."""
         vectors = [np.asarray(v, np.float32) for v in vectors]  # [] forgets the last batch
         self.expected = {v.tobytes(): i for i, v in enumerate(vectors)}
+        self.orders = {}
         self.queries = np.stack([unit(v) for v in vectors]) if vectors else np.empty((0, 0), np.float32)
         self.batches = {}
 
@@ -291,14 +333,39 @@ class VectorCopies(Held):
             batched = 0
         query = unit(query)
         with self.blas_limit():
-            ranked = [hit for part, active in parts for hit in part.top_k(
-                query, k, active if active_only else None, among=self._batch_rows(part, k, batched),
-                rescore=rescore)]
+            ranked = [hit for part, active in parts for hit in self._among(
+                part, query, k, active if active_only else None, self._batch_rows(part, k, batched, rescore), rescore)]
         return sorted(ranked, key=lambda hit: -hit[1])[:k] if len(parts) > 1 else ranked
 
-    def _batch_rows(self, part: VectorCopy, k: int, batched: int | None) -> np.ndarray | None:
+    def _among(self, part: VectorCopy, query: np.ndarray, k: int, active: np.ndarray | None,
+               among: np.ndarray | None, rescore: int) -> list[tuple[int, float]]:
+        """part.top_k for query among a batch ranking's rows, those rows' exact order kept: dedup
+        ranks an atom's vector for k neighbours, then scenario placement for k + 1 among the
+        same rows, which then only drops the rows superseded since (the order of those left is
+        the one ranking them again gives)."""
+        if among is None:
+            return part.top_k(query, k, active, rescore=rescore)
+        key = (part.n, len(among), query.tobytes())
+        made = self.orders.get(id(part))
+        if made is None or made[0] is not part or made[1] != key:
+            rows = np.sort(among)
+            scores = np.asarray(part.matrix[rows]) @ query
+            order = np.argsort(-scores, kind="stable")  # ties by row, as part.top_k breaks them
+            self.orders[id(part)] = made = (part, key, rows[order], scores[order])
+        rows, scores = made[2], made[3]
+        if active is not None:
+            keep = active[rows]
+            rows, scores = rows[keep], scores[keep]
+        if len(rows) < k:  # too many superseded since: every row, as part.top_k does
+            return part.top_k(query, k, active)
+        return [(int(part.ids[r]), float(c)) for r, c in zip(rows[:k], scores[:k])]
+
+    def _batch_rows(self, part: VectorCopy, k: int, batched: int | None, rescore: int = 0) -> np.ndarray | None:
         """The rows of part nearest to the expected vector at index batched, from one ranking
-        of every expected vector (made on first use); None to rank the vector alone."""
+        of every expected vector (made on first use); None to rank the vector alone. A batch
+        of one with rescore keeps the shortlist its 1-bit codes give (VectorCopy.shortlist)
+        instead of reading every vector: a write ranks each vector twice (dedup, then scenario
+        placement), and both then score the same few rows exactly."""
         if batched is None or part.n <= k * BATCH_MARGIN:
             return None
         # One ranking serves every k up to the rows it kept (dedup asks for k, scenario
@@ -306,8 +373,12 @@ class VectorCopies(Held):
         made = self.batches.get(id(part))
         if made is None or made[0] is not part or made[1] != part.n or made[2].shape[1] < k:
             # new, the part grew since, or too few rows kept
-            scores = self.queries @ np.asarray(part.matrix[: part.n]).T  # (vectors, rows): each row contiguous
-            nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=1)[:, : k * BATCH_MARGIN]
+            size = max(rescore * k, MIN_SHORTLIST)
+            if rescore and len(self.queries) == 1 and part.n >= SHORTLIST_SHARE * size:
+                nearest = part.shortlist(self.queries[0], size, None)[None, :]
+            else:
+                scores = self.queries @ np.asarray(part.matrix[: part.n]).T  # (vectors, rows): each row contiguous
+                nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=1)[:, : k * BATCH_MARGIN]
             self.batches[id(part)] = made = (part, part.n, nearest)
         return made[2][batched]
 
@@ -338,11 +409,13 @@ class VectorCopies(Held):
         epoch = connection.get_meta(conn, "vectors_epoch")
         if not conn.getautocommit():
             # The transaction's writes may yet roll back (and their ids be reused): read them
-            # beside the copy, never into it.
+            # beside the copy, never into it; only those new since the last look (re-reading
+            # all of them at each look cost 2-4 ms an atom over a long transaction).
             if copy is None or copy.epoch != epoch:
                 return None
-            since = VectorCopy.empty(copy.matrix.shape[1])
-            self._read_rows(conn, layer, user, since, after=copy.last_id, held=copy.rows)
+            since = self._since(conn, key, copy)
+            self._read_rows(conn, layer, user, since, after=since.last_id if since.n else copy.last_id,
+                            held=copy.rows)
             superseded = self._superseded(conn, layer, user)
             return [(part, part.without(superseded) if layer == "atoms" else None)
                     for part in [*copy.parts(), since]]
@@ -355,6 +428,24 @@ class VectorCopies(Held):
             self._catch_up(conn, layer, user, copy)
         copy.stamp = now
         return [(part, part.active) for part in copy.parts()]
+
+    def _since(self, conn: apsw.Connection, key: tuple[str, str], copy: VectorCopy) -> VectorCopy:
+        """The rows of key read beside copy so far in this transaction (empty in a new one)."""
+        found = self.pending.get(key)
+        if found is not None and found[0] == self.transactions and found[1] is copy:
+            return found[2]
+        self._watch(conn)  # before the transaction ends: its end makes these rows stale
+        since = VectorCopy.empty(copy.matrix.shape[1])
+        self.pending[key] = (self.transactions, copy, since)
+        return since
+
+    def _committing(self, conn: apsw.Connection | None) -> bool:
+        self.pending.clear()
+        return super()._committing(conn)
+
+    def _rolled_back(self, conn: apsw.Connection | None) -> None:
+        self.pending.clear()
+        super()._rolled_back(conn)
 
     def _load(self, conn: apsw.Connection, layer: str, user: str, epoch: str | None,
               now: tuple[int, int]) -> VectorCopy | None:

@@ -34,17 +34,38 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
     common = (share, least_rows): terms in more than share of the user's rows are left out
     once the user has least_rows rows (common_terms).
     """
+    terms, sole = match_terms(conn, layer, user, query, term_counts=term_counts, postings=postings, common=common)
+    return expression_for(layer, user, terms, sole=sole)
+
+
+def match_terms(conn: apsw.Connection, layer: str, user: str, query: str, *,
+                term_counts: TermCounts | None = None, postings: int = 0,
+                common: tuple[float, int] | None = None) -> tuple[list[str], bool]:
+    """The terms match_expression ORs together (each once per time it is given), and whether
+    user is the only one in layer's table: what an in-memory keyword copy scores instead."""
     sole = sole_user(conn, layer, user)
     terms = distinctive_terms(conn, layer, user, query, common=common, term_counts=term_counts if sole else None)
-    return match_for_terms(layer, user, terms, sole=sole, conn=conn, term_counts=term_counts, postings=postings)
+    return affordable_terms(layer, terms, sole=sole, conn=conn, term_counts=term_counts, postings=postings), sole
 
 
 def match_for_terms(layer: str, user: str, terms: list[str], *, sole: bool, conn: apsw.Connection,
                     term_counts: TermCounts | None = None, postings: int = 0) -> str | None:
     """The MATCH of match_expression for terms already chosen (distinctive_terms); sole: whether
     user is the only one in layer's table."""
+    terms = affordable_terms(layer, terms, sole=sole, conn=conn, term_counts=term_counts, postings=postings)
+    return expression_for(layer, user, terms, sole=sole)
+
+
+def affordable_terms(layer: str, terms: list[str], *, sole: bool, conn: apsw.Connection,
+                     term_counts: TermCounts | None = None, postings: int = 0) -> list[str]:
+    """terms, without the commonest beyond the postings budget in a file of one user."""
     if sole and term_counts is not None and postings and terms:
-        terms = _affordable(terms, term_counts.count(conn, layer, terms, postings), postings)
+        return _affordable(terms, term_counts.count(conn, layer, terms, postings), postings)
+    return terms
+
+
+def expression_for(layer: str, user: str, terms: list[str], *, sole: bool) -> str | None:
+    """The FTS5 MATCH ORing terms, scoped to user unless they are the table's only one."""
     if not terms:
         return None
     expression = " OR ".join(text.quote(t) for t in terms)

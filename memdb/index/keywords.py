@@ -20,8 +20,11 @@ user's (id, version) pairs are read again, where an atom's version is its "seen"
 the one path that rewrites an atom's FTS row besides forget, bumps it); a forgotten turn, which
 rewrites the source words of the atoms it fed, forces a reload of the atoms' copy. New and
 changed rows are tokenized into a tail that is folded into the sorted postings once it grows;
-removed and rewritten rows are dropped by a live flag. Inside a transaction FTS5 answers
-(None), as it sees the uncommitted rows.
+removed and rewritten rows are dropped by a live flag. Inside a transaction a search is FTS5's
+(None), as it sees the uncommitted rows; deduplication's keyword candidates (dedup: FTS5's
+rank, every column weighing 1) are the copy's, kept exact inside the write by the rows absorb
+tells it of (wrote), undone by a rollback and kept by a commit (SQLite's hooks), so the next
+write finds the copy exact without reading the user's rows again.
 
 A copy of a user with at least `background_rows` rows (tokenizing 1M atoms takes ~45 s) is built
 by a thread on a connection of its own, given an opener; FTS5 answers until it is ready. The
@@ -36,6 +39,7 @@ import itertools
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,10 +47,10 @@ from typing import Any
 import apsw
 import numpy as np
 
-from .. import text
+from .. import codec, text
 from ..db.rows import EACH, json_array
 from . import fts
-from .copies import Held
+from .copies import Held, stamp
 
 log = logging.getLogger("memdb")
 
@@ -62,88 +66,149 @@ MAX_VOCABULARY = 2_000_000  # shared term ids kept before every copy is dropped 
 
 @dataclass
 class Postings:
-    """(term id, row index, weighted count) triples; sorted by term id once folded."""
+    """(term id, row index, weighted count, plain count) rows; sorted by term id once folded.
+    The plain count weighs every column 1, as FTS5's default rank (bm25() without weights),
+    which deduplication orders its keyword candidates by."""
 
     terms: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
     rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
     counts: np.ndarray = field(default_factory=lambda: np.empty(0))  # float64, as FTS5 sums
+    plain: np.ndarray = field(default_factory=lambda: np.empty(0, np.float32))  # whole numbers
+
+    FIELDS = ("terms", "rows", "counts", "plain")
 
     def __len__(self) -> int:
         return len(self.terms)
 
     def extend(self, other: Postings) -> None:
-        self.terms = np.concatenate([self.terms, other.terms])
-        self.rows = np.concatenate([self.rows, other.rows])
-        self.counts = np.concatenate([self.counts, other.counts])
+        if not len(self):  # a copy's first rows: taken as they are, not copied (the build's peak memory)
+            for name in self.FIELDS:
+                setattr(self, name, getattr(other, name))
+            return
+        for name in self.FIELDS:
+            setattr(self, name, np.concatenate([getattr(self, name), getattr(other, name)]))
 
     def sort(self) -> None:
         order = np.argsort(self.terms, kind="stable")
-        self.terms, self.rows, self.counts = self.terms[order], self.rows[order], self.counts[order]
+        for name in self.FIELDS:
+            setattr(self, name, getattr(self, name)[order])
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n (a rolled-back transaction's rows leave the tail)."""
+        for name in self.FIELDS:
+            setattr(self, name, getattr(self, name)[:n])
 
     @property
     def nbytes(self) -> int:
-        return self.terms.nbytes + self.rows.nbytes + self.counts.nbytes
+        return sum(getattr(self, name).nbytes for name in self.FIELDS)
 
 
 @dataclass
 class KeywordCopy:
     """One user's postings of one layer: rows in the order read, each with its id, version,
-    token count and a live flag (False once removed or rewritten)."""
+    token count and a live flag (False once removed or rewritten). The rows' arrays keep room
+    to grow (an eighth), so a write appending a row does not copy them all."""
 
-    ids: np.ndarray
-    versions: np.ndarray
-    lengths: np.ndarray  # float64: tokens in the row, every column
-    live: np.ndarray
+    _ids: np.ndarray
+    _versions: np.ndarray
+    _lengths: np.ndarray  # float64: tokens in the row, every column
+    _live: np.ndarray
     sorted: Postings
     tail: Postings
+    n: int = 0  # rows used
+    top: int = 0  # the highest id ever added
     stamp: tuple[int, int] = (0, 0)
     turns: tuple[int, int] = (0, 0)  # the user's turns when last read: how many, the highest id
-    _norm: tuple[int, np.ndarray] | None = None  # _statistics(), until rows change
+    _norm: tuple[int, float] | None = None  # _statistics(), kept as rows come and go
 
     @classmethod
     def empty(cls, **fields: Any) -> KeywordCopy:
-        return cls(ids=np.empty(0, np.int64), versions=np.empty(0, np.int64), lengths=np.empty(0),
-                   live=np.empty(0, bool), sorted=Postings(), tail=Postings(), **fields)
+        return cls(_ids=np.empty(0, np.int64), _versions=np.empty(0, np.int64), _lengths=np.empty(0),
+                   _live=np.empty(0, bool), sorted=Postings(), tail=Postings(), **fields)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids[: self.n]
+
+    @property
+    def versions(self) -> np.ndarray:
+        return self._versions[: self.n]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self._lengths[: self.n]
+
+    @property
+    def live(self) -> np.ndarray:
+        return self._live[: self.n]
 
     @property
     def nbytes(self) -> int:
-        rows = self.ids.nbytes + self.versions.nbytes + self.lengths.nbytes + self.live.nbytes
+        rows = self._ids.nbytes + self._versions.nbytes + self._lengths.nbytes + self._live.nbytes
         return rows + self.sorted.nbytes + self.tail.nbytes
 
     def add(self, ids: np.ndarray, versions: np.ndarray, lengths: np.ndarray, postings: Postings) -> None:
         """Append rows (postings' row indices counted from 0 for the first of them)."""
-        postings.rows = postings.rows + len(self.ids)
-        self.ids = np.concatenate([self.ids, ids])
-        self.versions = np.concatenate([self.versions, versions])
-        self.lengths = np.concatenate([self.lengths, lengths])
-        self.live = np.concatenate([self.live, np.ones(len(ids), bool)])
-        self._norm = None
+        postings.rows = postings.rows + self.n
+        need = self.n + len(ids)
+        if need > len(self._ids):
+            capacity = need + need // 8 + 64
+            for name in ("_ids", "_versions", "_lengths", "_live"):
+                old = getattr(self, name)
+                grown = np.zeros(capacity, old.dtype)
+                grown[: self.n] = old[: self.n]
+                setattr(self, name, grown)
+        self._ids[self.n : need], self._versions[self.n : need] = ids, versions
+        self._lengths[self.n : need], self._live[self.n : need] = lengths, True
+        self.n = need
+        if len(ids):
+            self.top = max(self.top, int(ids.max()))
+        if self._norm is not None:
+            self._norm = (self._norm[0] + len(ids), self._norm[1] + float(lengths.sum()))
         self.tail.extend(postings)
+
+    def kill(self, rows: np.ndarray) -> None:
+        """Mark live rows dead (removed, or rewritten and added again)."""
+        rows = rows[self.live[rows]]
+        self._live[rows] = False
+        if self._norm is not None:
+            self._norm = (self._norm[0] - len(rows), self._norm[1] - float(self.lengths[rows].sum()))
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n rows (a rolled-back transaction's rows leave)."""
+        self.n = n
+        self._norm = None
 
     def fold(self) -> None:
         """Sort the tail into the postings once it is too long to scan per term."""
         if len(self.tail) > TAIL_FRACTION * len(self.sorted):
-            self.sorted.extend(self.tail)
-            self.sorted.sort()
+            if len(self.sorted):
+                self.sorted.extend(self.tail)
+                self.sorted.sort()
+            else:  # a new copy: sorting its tail alone holds one copy of the postings less
+                self.tail.sort()
+                self.sorted = self.tail
             self.tail = Postings()
 
-    def postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
-        """The live rows holding term and its weighted count in each."""
+    def postings(self, term: int, plain: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The live rows holding term and its weighted count in each (plain: every column 1)."""
+        weighed = "plain" if plain else "counts"
         lo, hi = np.searchsorted(self.sorted.terms, np.array([term, term + 1], np.int32))  # same dtype: no copy
-        rows, counts = self.sorted.rows[lo:hi], self.sorted.counts[lo:hi]
+        rows, counts = self.sorted.rows[lo:hi], getattr(self.sorted, weighed)[lo:hi]
         if len(self.tail):
             at = self.tail.terms == term
-            rows, counts = np.concatenate([rows, self.tail.rows[at]]), np.concatenate([counts, self.tail.counts[at]])
-        keep = self.live[rows]
+            rows = np.concatenate([rows, self.tail.rows[at]])
+            counts = np.concatenate([counts, getattr(self.tail, weighed)[at]])
+        keep = self._live[rows]
         return rows[keep], counts[keep]
 
-    def _statistics(self) -> tuple[int, np.ndarray]:
-        """Live rows, and each row's length term of bm25's denominator: k1 (1 - b + b dl/avgdl)."""
+    def _statistics(self) -> tuple[int, float]:
+        """Live rows and the average row length (bm25's avgdl)."""
         if self._norm is None:
-            live = int(self.live.sum())
-            average = float(self.lengths[self.live].sum()) / live if live else 1.0
-            self._norm = (live, K1 * (1 - B + B * self.lengths / average))
-        return self._norm
+            live = self.live
+            self._norm = (int(live.sum()), float(self.lengths[live].sum()))
+        count, total = self._norm
+        return count, (total / count if count else 1.0)
 
     def common(self, terms: list[int | None], share: float, least_rows: int) -> set[int]:
         """The terms held by more than share of the live rows, once there are least_rows of them
@@ -153,30 +218,59 @@ class KeywordCopy:
             return set()
         return {t for t in terms if t is not None and len(self.postings(t)[0]) > int(share * live)}
 
-    def top_k(self, terms: list[int | None], k: int) -> list[tuple[int, float]]:
+    def top_k(self, terms: list[int | None], k: int, *, plain: bool = False) -> list[tuple[int, float]]:
         """(id, bm25) of the k best-scoring live rows holding any term, best first; ties by id.
-        A term is counted as often as it is given, as FTS5 scores each phrase of an OR."""
-        live, norm = self._statistics()
+        A term is counted as often as it is given, as FTS5 scores each phrase of an OR.
+        plain: every column weighs 1 (FTS5's rank), not the search's column weights."""
+        live, average = self._statistics()
         if not live:
             return []
-        scores = np.zeros(len(self.ids))
-        matched = np.zeros(len(self.ids), bool)
+        # Only the matched rows are scored (an array over every row cost more at 1M rows); each
+        # row's terms are summed in the order given, as FTS5 sums its phrases.
+        matched, parts = [], []
         for term in terms:
             if term is None:
                 continue
-            rows, counts = self.postings(term)
+            rows, counts = self.postings(term, plain)
             if not len(rows):
                 continue
             idf = math.log((live - len(rows) + 0.5) / (len(rows) + 0.5))
             idf = idf if idf > 0 else 1e-6
-            scores[rows] += idf * (K1 + 1) * counts / (counts + norm[rows])  # a row once per term
-            matched[rows] = True
-        found = np.flatnonzero(matched)
+            norm = K1 * (1 - B + B * self._lengths[rows] / average)  # bm25's k1 (1 - b + b dl/avgdl)
+            matched.append(rows)
+            parts.append(idf * (K1 + 1) * counts / (counts + norm))  # a row once per term
+        if not matched:
+            return []
+        found, at = np.unique(np.concatenate(matched), return_inverse=True)
+        scores = np.bincount(at, weights=np.concatenate(parts), minlength=len(found))
         if len(found) > k:
-            found = found[np.argpartition(-scores[found], k - 1)[:k]]
+            best = np.argpartition(-scores, k - 1)[:k]
+            found, scores = found[best], scores[best]
         # By score, then id, for a stable answer (a rewritten row comes again at a later index).
-        found = found[np.lexsort((self.ids[found], -scores[found]))]
-        return [(int(self.ids[i]), float(scores[i])) for i in found]
+        order = np.lexsort((self._ids[found], -scores))
+        return [(int(self._ids[found[i]]), float(scores[i])) for i in order]
+
+
+@dataclass
+class Overlay:
+    """What a write transaction changed in a copy (KeywordCopies.wrote), so that a rollback
+    takes it out again: the copy's rows and tail postings when it began, and the rows it marked
+    dead since. committed: the stamp the copy has once the commit went through, and probe:
+    the (id, version) of the last row written, which is in the file only if it did."""
+
+    copy: KeywordCopy
+    conn: weakref.ref[apsw.Connection]
+    rows: int
+    tail: int
+    killed: list[int] = field(default_factory=list)
+    committed: tuple[int, int] | None = None
+    probe: tuple[int, int] | None = None
+
+    def undo(self) -> None:
+        copy = self.copy
+        copy.truncate(self.rows)
+        copy.live[[i for i in self.killed if i < self.rows]] = True
+        copy.tail.truncate(self.tail)
 
 
 def _turns_held(conn: apsw.Connection, user: str) -> tuple[int, int]:
@@ -210,6 +304,118 @@ class KeywordCopies(Held):
         # Built in the background, not yet adopted: the copy (None: none could be made) and the
         # vocabulary its term ids are of.
         self.ready: dict[tuple[str, str], tuple[KeywordCopy | None, dict[str, int]]] = {}
+        self.overlays: dict[tuple[str, str], Overlay] = {}  # copies a write transaction changes
+
+    def sync(self, conn: apsw.Connection, layer: str, user: str) -> None:
+        """Bring the user's copy up to date before a write transaction whose deduplication will
+        rank against it (dedup), as a search would; outside a transaction only."""
+        if conn.getautocommit() and self.keyword_copy_bytes and fts.sole_user(conn, layer, user):
+            self._load_tokenizer(conn)
+            self._current(conn, layer, user)
+
+    def dedup(self, conn: apsw.Connection, user: str, terms: list[str], k: int) -> list[int] | None:
+        """The ids of the user's k best atoms for terms by FTS5's rank (bm25 with every column
+        weighing 1), superseded ones left out, best first: the keyword candidates of
+        deduplication (lifecycle/absorb.py), or None when FTS5 must answer (another user in
+        the file, whose rows count in FTS5's statistics; no copy; a phrase).
+
+        Inside a write transaction the copy is used only if it was exact when the transaction
+        began; the rows absorb writes then reach it through wrote(), and a rollback takes them
+        out again. FTS5's query took 6-9 ms an atom at 100k atoms (bench/results/write_path.json)."""
+        if not self.keyword_copy_bytes or not terms or not fts.sole_user(conn, "atoms", user):
+            return None
+        self._load_tokenizer(conn)
+        tokens = [self._tokenizer(text.quote(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None,
+                                  include_offsets=False, include_colocated=False) for term in terms]
+        if any(len(t) > 1 for t in tokens):
+            return None
+        key = ("atoms", user)
+        copy = self._current(conn, *key) if conn.getautocommit() else self._in_transaction(conn, key)
+        if copy is None:
+            return None
+        ids = [self.vocabulary.get(t[0]) for t in tokens if t]
+        want = 4 * k
+        while True:  # superseded atoms count in the statistics but are not candidates
+            ranked = copy.top_k(ids, want, plain=True)
+            found = [i for i, _ in ranked]
+            gone = {r[0] for r in conn.execute(
+                f'select "id" from "atoms" where "id" in {EACH} and "status" = ?',
+                (json_array(found), codec.STATUSES["superseded"]))}
+            kept = [i for i in found if i not in gone]
+            if len(kept) >= k or len(ranked) < want:
+                return kept[:k]
+            want *= 4
+
+    def wrote(self, conn: apsw.Connection, layer: str, user: str, ids: list[int]) -> None:
+        """Rows of user that absorb inserted or rewrote (a merge) inside the write transaction:
+        into the copy the transaction ranks against, if it has one (dedup began one)."""
+        overlay = self.overlays.get((layer, user))
+        if overlay is None or overlay.committed is not None or conn.getautocommit():
+            return
+        copy = overlay.copy
+        _, table, version = LAYERS[layer]
+        found = conn.execute(f'select "id", {version} from "{table}" where "id" in {EACH} order by "id"',
+                             (json_array(ids),)).fetchall()
+        if not found:
+            return
+        ids_now = np.fromiter((r[0] for r in found), np.int64, len(found))
+        versions = np.fromiter((r[1] for r in found), np.int64, len(found))
+        held = ids_now[ids_now <= copy.top]  # rewritten (a merge): their old postings die; new ids were never held
+        old = np.flatnonzero(copy.live & np.isin(copy.ids, held)) if len(held) else np.empty(0, np.int64)
+        copy.kill(old)
+        overlay.killed.extend(old.tolist())
+        copy.add(*self._read(conn, layer, ids_now, versions))  # not folded: a rollback truncates the tail
+        overlay.probe = (int(ids_now[-1]), int(versions[-1]))
+
+    def _in_transaction(self, conn: apsw.Connection, key: tuple[str, str]) -> KeywordCopy | None:
+        """The copy of key inside a write transaction: the one this transaction changes, or one
+        exact at this transaction's start (its stamp has not moved), which it begins changing."""
+        overlay = self.overlays.get(key)
+        if overlay is not None and overlay.committed is None:
+            return overlay.copy if self.copies.get(key) is overlay.copy else None
+        self._settle(conn)
+        copy = self.copies.get(key)
+        if copy is None or copy.stamp != stamp(conn):
+            return None
+        self._watch(conn)
+        self.overlays[key] = Overlay(copy, weakref.ref(conn), copy.n, len(copy.tail))
+        return copy
+
+    def _committing(self, conn: apsw.Connection | None) -> bool:
+        # Inside SQLite's commit: no SQL here. The copy's stamp after this commit is its own
+        # (this connection's commits do not move its data_version) with the changes counted
+        # now; _settle confirms the commit went through before the copy takes it.
+        for overlay in self.overlays.values():
+            if overlay.committed is None and conn is not None and overlay.conn() is conn:
+                overlay.committed = (overlay.copy.stamp[0], conn.total_changes())
+        return super()._committing(conn)
+
+    def _rolled_back(self, conn: apsw.Connection | None) -> None:
+        for key, overlay in list(self.overlays.items()):
+            if overlay.committed is None and overlay.conn() is conn:
+                overlay.undo()
+                del self.overlays[key]
+        super()._rolled_back(conn)
+
+    def _settle(self, conn: apsw.Connection) -> None:
+        """Copies a committed transaction changed: exact as of its commit if the last row it
+        wrote is in the file as written (else the commit failed: its changes are undone)."""
+        for key, overlay in list(self.overlays.items()):
+            owner = overlay.conn()
+            if owner is not None and (owner is not conn or overlay.committed is None and not conn.getautocommit()):
+                continue  # another connection's, or this transaction's own
+            del self.overlays[key]
+            if owner is None:  # its connection is gone: what it committed is read again
+                overlay.undo()
+                continue
+            _, table, version = LAYERS[key[0]]
+            held = None if overlay.probe is None else conn.execute(
+                f'select {version} from "{table}" where "id" = ?', (overlay.probe[0],)).fetchone()
+            if overlay.committed is not None and held is not None and held[0] == overlay.probe[1]:
+                overlay.copy.stamp = overlay.committed
+                overlay.copy.fold()
+            else:
+                overlay.undo()
 
     def top_k(self, conn: apsw.Connection, layer: str, user: str, terms: list[str],
               k: int, *, common: tuple[float, int] | None = None) -> list[tuple[int, float]] | None:
@@ -241,6 +447,8 @@ class KeywordCopies(Held):
 
     def _current(self, conn: apsw.Connection, layer: str, user: str) -> KeywordCopy | None:
         key = (layer, user)
+        if self.overlays:
+            self._settle(conn)
         copy, now, settled = self._held(conn, key)
         if settled:
             return copy
@@ -332,8 +540,7 @@ class KeywordCopies(Held):
         inside = at < len(ids)
         same = np.zeros(len(held), bool)
         same[inside] = (ids[at[inside]] == copy.ids[held][inside]) & (versions[at[inside]] == copy.versions[held][inside])
-        copy.live[held[~same]] = False
-        copy._norm = None
+        copy.kill(held[~same])
         fresh = np.ones(len(ids), bool)
         fresh[at[inside][same[inside]]] = False
         fresh = np.flatnonzero(fresh)
@@ -343,8 +550,14 @@ class KeywordCopies(Held):
             start = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
             for offset, part in zip(start, parts):
                 part[3].rows = part[3].rows + offset
-            postings = Postings(*(np.concatenate([getattr(p[3], f) for p in parts]) for f in ("terms", "rows", "counts")))
-            copy.add(*(np.concatenate([p[i] for p in parts]) for i in range(3)), postings)
+            postings = Postings()
+            for name in Postings.FIELDS:  # one array at a time, each part's freed as it goes
+                setattr(postings, name, np.concatenate([getattr(p[3], name) for p in parts]))
+                for p in parts:
+                    setattr(p[3], name, None)
+            rows = [np.concatenate([p[i] for p in parts]) for i in range(3)]
+            del parts
+            copy.add(*rows, postings)
         copy.fold()
 
     def _read(self, conn: apsw.Connection, layer: str, ids: np.ndarray,
@@ -367,8 +580,9 @@ class KeywordCopies(Held):
         column, row = cell % width, cell // width
         pairs, inverse = np.unique(term * n + row, return_inverse=True)  # sorted by term, then row
         counts = np.bincount(inverse, weights=weights[column], minlength=len(pairs))
+        plain = np.bincount(inverse, minlength=len(pairs)).astype(np.float32)
         lengths = np.bincount(row, minlength=n).astype(float)
-        return lengths, Postings((pairs // n).astype(np.int32), (pairs % n).astype(np.int32), counts)
+        return lengths, Postings((pairs // n).astype(np.int32), (pairs % n).astype(np.int32), counts, plain)
 
     def _tokens(self, cells: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The term id of every token of the cells, and the cell it is in. One tokenizer call

@@ -21,6 +21,7 @@ meta.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 from collections.abc import Callable, Iterable
 
@@ -61,9 +62,9 @@ def update(conn: apsw.Connection, user: str, settings: Settings, changed: Iterab
     lines: list[tuple[int, str, float]] = []
     shown: dict[str, list[int]] = {}  # term -> the lines kept that hold it
     for atom_id, line, record, score in ranked:
-        if speakers and codec.unpack(record).get("subject") not in speakers:
+        if speakers and _subject(record) not in speakers:
             continue  # about someone else the user mentioned: not who the user is
-        terms = set(text.terms(line))
+        terms = _terms(line)
         # The same thing said in other words (a repeat dedup did not merge) takes no second line.
         if _contained(terms, shown, len(lines), settings.merge_keyword_overlap):
             continue
@@ -71,6 +72,18 @@ def update(conn: apsw.Connection, user: str, settings: Settings, changed: Iterab
             shown.setdefault(term, []).append(len(lines))
         lines.append((atom_id, f"{line} (#{atom_id})", score))
     layers.write_card(conn, user, lines)
+
+
+# Cached: each update reads the card's persona_candidates lines again, most of them unchanged
+# (an atom's line and record never change; a merge changes its counts only).
+@functools.lru_cache(maxsize=8192)
+def _subject(record: bytes) -> str | None:
+    return codec.unpack(record).get("subject")
+
+
+@functools.lru_cache(maxsize=8192)
+def _terms(line: str) -> frozenset[str]:
+    return frozenset(text.terms(line))
 
 
 def _speakers(conn: apsw.Connection, user: str) -> set[str]:

@@ -11,6 +11,7 @@ grew past scenario_max_members may split in two when its members fall in two gro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import apsw
 import numpy as np
@@ -21,24 +22,36 @@ from ..index.copies import VectorCopies
 from ..settings import Settings
 from ..vecmath import unit
 from . import store as layers
+from .index import ScenarioIndex, UserScenarios
 
 
 def place(conn: apsw.Connection, *, user: str, atom_id: int, vector: np.ndarray | None, ts: str,
-          settings: Settings, cosine_baseline: float = 0.0, copies: VectorCopies | None = None) -> int:
+          settings: Settings, cosine_baseline: float = 0.0, copies: VectorCopies | None = None,
+          index: ScenarioIndex | None = None) -> int:
     """Keep the user's scenarios current after absorb stored or merged atom_id; returns its
     scenario. Call inside connection.write(). copies: the connection's vector copies, which
-    rank a large user's neighbours (as dedup does) instead of vec0's scan."""
+    rank a large user's neighbours (as dedup does) instead of vec0's scan. index: the
+    connection's scenario index (layers/index.py), which holds the user's scenarios instead of
+    reading them all for each atom; the placement is the same."""
+    held = index.get(conn, user) if index is not None else None
+
+    def wrote(sids: set[int]) -> None:
+        if index is not None:
+            index.reread(conn, held, sids)
+
     scenario_id = layers.scenario_of(conn, atom_id)
     touched = set(layers.scenarios_of(conn, _replaced(conn, atom_id)).values())
     if scenario_id is None:
-        scenario_id = _choose(conn, user, atom_id, vector, settings, cosine_baseline, prefer=touched, copies=copies)
+        scenario_id = _choose(conn, user, atom_id, vector, settings, cosine_baseline, prefer=touched, copies=copies,
+                              held=held)
         if scenario_id is None:
             scenario_id = layers.create(conn, user, ts)
         layers.add_member(conn, scenario_id, atom_id, ts)
     for sid in touched | {scenario_id}:  # replaced atoms leave the state lines they were on
         layers.refresh(conn, sid, settings)
-    scenario_id = _merge_nearest(conn, user, scenario_id, settings, cosine_baseline)
-    _split(conn, user, scenario_id, ts, settings, cosine_baseline)
+    wrote(touched | {scenario_id})
+    scenario_id = _merge_nearest(conn, user, scenario_id, settings, cosine_baseline, held, wrote)
+    _split(conn, user, scenario_id, ts, settings, cosine_baseline, wrote)
     return scenario_id
 
 
@@ -53,7 +66,8 @@ def _replaced(conn: apsw.Connection, atom_id: int) -> list[int]:
 
 
 def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray | None, settings: Settings,
-            baseline: float, *, prefer: set[int], copies: VectorCopies | None = None) -> int | None:
+            baseline: float, *, prefer: set[int], copies: VectorCopies | None = None,
+            held: UserScenarios | None = None) -> int | None:
     """The scenario atom_id joins, or None for a new one.
 
     Only scenarios that share a content term with the atom, or a source turn, are considered:
@@ -69,9 +83,15 @@ def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray |
     terms = set(layers.content_terms(line, subject))
     names = set(_names(line, subject))
     linked = _sharing_turns(conn, atom_id)
-    found = layers.candidates(conn, user)
-    weight = _term_weights(terms, [keywords for _, _, keywords, _ in found])
-    near = _nearest_members(conn, user, atom_id, vector, settings.dedup_candidates, baseline, copies)
+    if held is None:
+        found = layers.candidates(conn, user)
+        weight = _term_weights(terms, len(found), lambda t: sum(t in keywords for _, _, keywords, _ in found))
+    else:  # only the scenarios the loop below would not skip, in the same (id) order
+        weight = _term_weights(terms, len(held.found), held.holding)
+        found = [(sid, s.centroid, s.keywords, s.members) for sid in sorted(held.sharing(terms) | linked)
+                 if (s := held.found.get(sid)) is not None]
+    near = _nearest_members(conn, user, atom_id, vector, settings.dedup_candidates, baseline, copies,
+                            rescore=settings.dedup_rescore)
     if vector is not None:
         vector = unit(vector)
     best, best_score = None, -1.0
@@ -99,19 +119,21 @@ def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray |
     return best if best_score >= settings.scenario_join else None
 
 
-def _term_weights(terms: set[str], keyword_sets: list[set[str]]) -> dict[str, float]:
-    """A smooth idf over the user's scenarios: a term in every scenario's keywords weighs least,
-    one in none (new to the user) most, but never so much that one new word outweighs the rest."""
-    total = len(keyword_sets)
-    return {t: math.log(1 + (total + 1) / (sum(t in k for k in keyword_sets) + 1)) for t in terms}
+def _term_weights(terms: set[str], total: int, holding: Callable[[str], int]) -> dict[str, float]:
+    """A smooth idf over the user's total scenarios (holding: how many hold a term): a term in
+    every scenario's keywords weighs least, one in none (new to the user) most, but never so
+    much that one new word outweighs the rest."""
+    return {t: math.log(1 + (total + 1) / (holding(t) + 1)) for t in terms}
 
 
 def _nearest_members(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray | None, k: int,
-                     baseline: float, copies: VectorCopies | None = None) -> dict[int, float]:
-    """{scenario: rescaled cosine of its nearest member} over the atom's k vector neighbours."""
+                     baseline: float, copies: VectorCopies | None = None, rescore: int = 0) -> dict[int, float]:
+    """{scenario: rescaled cosine of its nearest member} over the atom's k vector neighbours
+    (found as dedup found them: rescore is Settings.dedup_rescore)."""
     if vector is None:
         return {}
-    near = [(i, c) for i, c in vectors.nearest(conn, "atoms", user, vector, k + 1, copies=copies) if i != atom_id and c is not None]
+    near = [(i, c) for i, c in vectors.nearest(conn, "atoms", user, vector, k + 1, copies=copies, rescore=rescore)
+            if i != atom_id and c is not None]
     of = layers.scenarios_of(conn, [i for i, _ in near])
     out: dict[int, float] = {}
     for i, c in near:
@@ -140,20 +162,29 @@ def _sharing_turns(conn: apsw.Connection, atom_id: int) -> set[int]:
         'join "scenario_atoms" m on m."atom_id" = s2."atom_id" where s1."atom_id" = ?', (atom_id,))}
 
 
-def _merge_nearest(conn: apsw.Connection, user: str, scenario_id: int, settings: Settings, baseline: float) -> int:
+def _merge_nearest(conn: apsw.Connection, user: str, scenario_id: int, settings: Settings, baseline: float,
+                   held: UserScenarios | None = None, wrote: Callable[[set[int]], None] | None = None) -> int:
     """Merge scenario_id with its nearest scenario when their centroids are this close and
     they share scenario_merge_keywords of the smaller one's keywords: two threads that turned
     out to be one. The larger keeps its id; returns the survivor."""
-    found = layers.candidates(conn, user)
-    alone = layers.single_members(conn, [sid for sid, c, _, n in found if c is None and n == 1])
-    vectors = layers.atom_vectors(conn, list(alone.values()))
-    others = {sid: (c if c is not None else vectors.get(alone.get(sid, -1)), words, n) for sid, c, words, n in found}
-    others = {sid: v for sid, v in others.items() if v[0] is not None}
-    mine = others.pop(scenario_id, None)
-    if mine is None or not others:
-        return scenario_id
-    near = max(others, key=lambda sid: float(np.dot(others[sid][0], mine[0])))
-    theirs = others[near]
+    if held is not None:
+        near = held.nearest(scenario_id)
+        if near is None:
+            return scenario_id
+        mine = (held.found[scenario_id].vector, held.found[scenario_id].keywords, held.found[scenario_id].members)
+        theirs = (held.found[near].vector, held.found[near].keywords, held.found[near].members)
+    else:
+        found = layers.candidates(conn, user)
+        alone = layers.single_members(conn, [sid for sid, c, _, n in found if c is None and n == 1])
+        vectors = layers.atom_vectors(conn, list(alone.values()))
+        others = {sid: (c if c is not None else vectors.get(alone.get(sid, -1)), words, n)
+                  for sid, c, words, n in found}
+        others = {sid: v for sid, v in others.items() if v[0] is not None}
+        mine = others.pop(scenario_id, None)
+        if mine is None or not others:
+            return scenario_id
+        near = max(others, key=lambda sid: float(np.dot(others[sid][0], mine[0])))
+        theirs = others[near]
     if _rescaled(float(np.dot(theirs[0], mine[0])), baseline) < settings.scenario_merge_similarity:
         return scenario_id
     if len(mine[1] & theirs[1]) < settings.scenario_merge_keywords * min(len(mine[1]), len(theirs[1])):
@@ -162,13 +193,19 @@ def _merge_nearest(conn: apsw.Connection, user: str, scenario_id: int, settings:
     layers.move_members(conn, [m.id for m in layers.members(conn, gone)], keep)
     layers.delete(conn, [gone])
     layers.refresh(conn, keep, settings)
+    if wrote is not None:
+        wrote({keep, gone})
     return keep
 
 
-def _split(conn: apsw.Connection, user: str, scenario_id: int, ts: str, settings: Settings, baseline: float) -> None:
+def _split(conn: apsw.Connection, user: str, scenario_id: int, ts: str, settings: Settings, baseline: float,
+           wrote: Callable[[set[int]], None] | None = None) -> None:
     """Split a scenario grown past scenario_max_members in two when its members fall in two
     groups (two-means on their vectors) that are each big enough and no closer than joining
     needs; otherwise it stays whole: its members say it is one thing."""
+    size = conn.execute('select "members" from "scenarios" where "id" = ?', (scenario_id,)).fetchone()
+    if size is None or size[0] <= settings.scenario_max_members:  # refresh counted them: no need to read them
+        return
     found = [m for m in layers.members(conn, scenario_id) if m.vector is not None]
     if len(found) <= settings.scenario_max_members:
         return
@@ -186,6 +223,8 @@ def _split(conn: apsw.Connection, user: str, scenario_id: int, ts: str, settings
     layers.move_members(conn, moving, new)
     layers.refresh(conn, scenario_id, settings)
     layers.refresh(conn, new, settings)
+    if wrote is not None:
+        wrote({scenario_id, new})
 
 
 def _two_means(vectors: np.ndarray, rounds: int = 8) -> tuple[np.ndarray, np.ndarray] | None:

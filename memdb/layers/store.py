@@ -11,6 +11,7 @@ joins is decided later in the flow (layers/scenarios.py); the persona card's ran
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -179,8 +180,14 @@ def atom_vectors(conn: apsw.Connection, atom_ids: Sequence[int]) -> dict[int, np
 
 def content_terms(line: str, subject: str) -> list[str]:
     """The terms of an atom's line that are not its subject's name: what it is about."""
+    return list(_content_terms(line, subject))
+
+
+@functools.lru_cache(maxsize=16384)
+def _content_terms(line: str, subject: str) -> tuple[str, ...]:
+    # Cached: a scenario's refresh reads the terms of all its members again at each join.
     own = set(text.terms(subject))
-    return [t for t in text.terms(line) if t not in own]
+    return tuple(t for t in text.terms(line) if t not in own)
 
 
 def refresh(conn: apsw.Connection, scenario_id: int, settings: Settings) -> None:
@@ -199,7 +206,7 @@ def refresh(conn: apsw.Connection, scenario_id: int, settings: Settings) -> None
     stored = centroid if len(vectors) > 1 else None
     newest = sorted((m for m in held if m is not title), key=lambda m: (m.when, m.id), reverse=True)
     state = newest[:settings.scenario_state_atoms]
-    words = Counter(t for m in basis for t in dict.fromkeys(content_terms(m.text, m.subject)))
+    words = Counter(t for m in basis for t in dict.fromkeys(_content_terms(m.text, m.subject)))
     last = max(m.last_seen for m in found)
     conn.execute(
         'update "scenarios" set "title" = ?, "state" = ?, "title_atom" = ?, "state_atoms" = ?, "members" = ?, '

@@ -30,6 +30,7 @@ from ..index import fts, vectors
 from ..index.copies import VectorCopies
 from ..index.engine import Engine
 from ..index.fts import TermCounts
+from ..index.keywords import KeywordCopies
 from ..settings import Settings
 from .relation import keyword_similarity, relation
 
@@ -73,19 +74,23 @@ def absorb(conn: apsw.Connection, atom: Incoming, engine: Engine, *, multilingua
     """
     record, settings = codec.validate(atom.record), engine.settings
     held = candidates(conn, atom.user, record, atom.vector, settings, copies=engine.copies,
-                      term_counts=engine.term_counts)
+                      term_counts=engine.term_counts, keywords=engine.keywords)
     judged = [(h, relation(record, h.record, h.similarity, settings, keyword_only=atom.vector is None,
                            multilingual=multilingual)) for h in held]
     duplicates = sorted((h for h, r in judged if r == "duplicate"), key=lambda h: -h.similarity)
     if duplicates:
         kept = duplicates[0]
         merge(conn, kept.id, confidence=atom.confidence, turn_ids=atom.turn_ids, ts=atom.ts, gain=settings.merge_gain)
+        if engine.keywords is not None:  # its source words were re-indexed
+            engine.keywords.wrote(conn, "atoms", atom.user, [kept.id])
         _resolve_conflicts(conn, kept.id, atom.ts, settings)
         return "merged", kept.id
     atom_id = rows.insert_atom(
         conn, user=atom.user, record=record, confidence=atom.confidence, turn_ids=atom.turn_ids,
         first_seen=atom.ts, last_seen=atom.ts, vector=atom.vector,
     )
+    if engine.keywords is not None:
+        engine.keywords.wrote(conn, "atoms", atom.user, [atom_id])
     explicit = record.get("polarity") == "ended"
     actions = [_settle(conn, atom_id, atom.confidence, atom.ts, h, settings, explicit=explicit)
                for h, r in judged if r == "conflict"]
@@ -112,21 +117,28 @@ def merge(conn: apsw.Connection, atom_id: int, *, confidence: float, turn_ids: l
 def candidates(
     conn: apsw.Connection, user: str, record: dict, vector: np.ndarray | None, settings: Settings, *,
     copies: VectorCopies | None = None, term_counts: TermCounts | None = None,
+    keywords: KeywordCopies | None = None,
 ) -> list[Held]:
     """The user's held atoms nearest to record: a vector KNN plus an FTS match, merged, through
-    the same index layer search uses (fast for large users with copies and term counts)."""
+    the same index layer search uses (fast for large users with copies and term counts). A
+    large user's keyword candidates come from their keyword copy when it ranks as FTS5 does
+    (KeywordCopies.dedup: the same atoms, in a file of one user), else from FTS5."""
     line = codec.canonical_text(record)
     ids: dict[int, float | None] = {}
     if vector is not None:
-        ids.update(vectors.nearest(conn, "atoms", user, vector, settings.dedup_candidates, copies=copies))
-    match = fts.match_expression(conn, "atoms", user, line, term_counts=term_counts, postings=settings.keyword_postings)
-    if match:
-        for (atom_id,) in conn.execute(
+        ids.update(vectors.nearest(conn, "atoms", user, vector, settings.dedup_candidates, copies=copies,
+                                   rescore=settings.dedup_rescore))
+    terms, sole = fts.match_terms(conn, "atoms", user, line, term_counts=term_counts, postings=settings.keyword_postings)
+    found = keywords.dedup(conn, user, terms, settings.dedup_candidates) if keywords is not None and sole else None
+    if found is None:
+        match = fts.expression_for("atoms", user, terms, sole=sole)
+        found = [] if not match else [r[0] for r in conn.execute(
             'select f."rowid" from "atoms_fts" f join "atoms" a on a."id" = f."rowid" '
             'where "atoms_fts" match ? and a."status" != ? order by f."rank" limit ?',
             (match, codec.STATUSES["superseded"], settings.dedup_candidates),
-        ):
-            ids.setdefault(atom_id, None)
+        )]
+    for atom_id in found:
+        ids.setdefault(atom_id, None)
     return [_held(conn, atom_id, sim, line, vector) for atom_id, sim in ids.items()]
 
 
