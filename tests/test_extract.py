@@ -804,3 +804,9 @@ def test_the_listeners_name_on_a_turn_that_only_calls_them_is_the_models_slip():
     candidates, outcomes = model_only([source], fake_llm(reply("Beatrix | has been married | seven years")), history=history)
     assert [] == texts(candidates)
     assert "the listener's name on the speaker's words" in outcomes[1].dropped
+
+
+def test_a_contraction_split_over_two_slots_is_joined():
+    candidates, _ = model_only([turn(1, "I won't eat shellfish, ever.")],
+                               fake_llm(reply("Rosalind | won | 't eat shellfish")))
+    assert ["Rosalind won't eat shellfish"] == texts(candidates)

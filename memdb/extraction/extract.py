@@ -245,6 +245,9 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
             return None, "not about the speaker"  # "帮我写个查询，数据量几千万行" less its request
         record["object"] = trimmed
     if not zh:  # chat words spelled out before persons are named ("me-time" → "time for myself" → "… herself")
+        split = re.match(r"(['’](?:t|s|re|ve|ll|d|m))\s+(.*)", record.get("object", ""))
+        if split and record.get("predicate"):  # "won | 't let it go": the contraction split over two slots
+            record["predicate"], record["object"] = record["predicate"] + split.group(1), split.group(2)
         for part in ("predicate", "object"):
             if record.get(part):
                 record[part] = persons.spelled_out(record[part])
