@@ -229,7 +229,7 @@ def model_fragment(record: dict, turn: str = "") -> str | None:
     if re.search(r"[!?…`{}\[\]|]|\.\.\.", said) or "," in predicate:
         return "chat left in"  # "Ana | agree, | they're great"
     obj = record.get("object", "").strip()
-    if re.search(r"\b(?:thinks|thought|says|said|knows|knew|hopes|believes|feels|bets|guesses|realized|realizes)$", predicate) \
+    if re.search(rf"\b(?:{lexicon.alternation('en', 'clause_verbs').pattern})$", predicate) \
             and re.match(r"(?:is|was|are|were|has|have|had|can|will|would)\b", obj):
         return "no subject in the clause"  # "Ana | thinks | is ready to …": who is ready, the model left out
     for m in re.finditer(r"(\S+)\s+(?:they|we|he|she)\s+[a-z]+\s+(?:me|her|him|us|them)\b", said):
@@ -311,7 +311,7 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
     if said.rstrip().endswith("?"):
         return "a question"  # "… or plan something special, just the two of them?"
     if lexicon.alternation("en", "chat_meta").search(said):
-        return "talk about the talk"  # "Ana | is off to | do some research"
+        return "talk about the talk"  # "Ana | will keep | Bea posted"
     others = [n for n in names if n and n not in subject and re.search(rf"\b{re.escape(n)}\b", said)]
     if others and lexicon.alternation("en", "reaction_leads").match(said.strip()):
         return "about the listener"  # "Ana | loves how | Bea paints her mugs": praise of Bea

@@ -224,11 +224,13 @@ def third_person_zh(value: str, name: str, *, named: bool) -> str:
             # ("和女儿去了"); 自己 after a verb of thinking ("觉得自己缺乏灵感") and as an owner
             # ("缓解自己的压力"). Elsewhere ("医生让苏禾戒糖") 自己 could point at another person.
             before, after = value[: m.start()], value[m.end():]
-            if word == "我" and re.search(_ZH_SUBJECT_SLOT + "$", before):
+            # where a clause's subject stands: its start, after a comma or a joining word
+            slot = rf"(?:^|[，,；;]\s*|{lexicon.alternation('zh', 'subject_joints').pattern})$"
+            if word == "我" and re.search(slot, before):
                 return ""
             if word in ("我的", "我") and re.match(lexicon.alternation("zh", "relations").pattern, after):
                 return ""
-            if word == "我的" or word == "我" and re.search(r"(?:觉得|认为|发现|感觉|知道|相信|希望|担心)$", before):
+            if word == "我的" or word == "我" and re.search(rf"(?:{lexicon.alternation('zh', 'thinking_verbs').pattern})$", before):
                 return "自己" + word[1:]
         first = not mentioned
         mentioned = True
@@ -246,8 +248,6 @@ def third_person_zh(value: str, name: str, *, named: bool) -> str:
     return value
 
 
-# Where a Chinese clause's subject stands: its start, or after a comma or a joining word.
-_ZH_SUBJECT_SLOT = r"(?:^|[，,；;]\s*|但是|可是|不过|而且|所以|因为|然后|如果|虽然|其实)"
 
 
 _OWNED = re.compile(r"^(.+?)(?:['’]s\s+|的)(.+)$")
