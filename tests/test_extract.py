@@ -753,20 +753,21 @@ def test_a_chinese_note_of_only_small_talk_is_dropped():
 
 
 def test_a_chinese_line_glued_from_words_the_turn_never_said_gives_way_to_the_turn_s_clause():
-    source = turn(1, "8月我们全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画。下个月中旬我要去杭州出差。",
+    source = turn(1, "7月我们全家刚去了趟大理，她第一次骑了马，回来讲了一个星期。下个月中旬我要去厦门出差。",
                   speaker="林晓", ts="2026-09-02T10:00:00")
-    llm = fake_llm(reply("林晓 | 希望在青岛画个够， | 希望在杭州出差 | 8月"))
+    llm = fake_llm(reply("林晓 | 希望在大理骑个够， | 希望在厦门出差 | 7月"))
     candidates, outcomes = extract.extract([source], llm, settings=Settings(extract_rules_cover=1.0))
     assert "not the turn's words" in outcomes[1].dropped
-    assert ("8月林晓全家刚去了趟青岛，她第一次看到海，回来画了十几张海边的画", "2026-08") in [
+    # 她 is someone the turns before named: her part is cut, the family's trip stays
+    assert ("7月林晓全家刚去了趟大理，回来讲了一个星期", "2026-07") in [
         (codec.canonical_text(c.record), c.record.get("date")) for c in candidates]
 
 
 def test_a_digit_inside_chinese_is_checked_as_a_number_not_as_the_whole_run():
     from memdb.extraction.ground import ground
-    assert None is ground({"subject": "林晓", "object": "8月林晓全家刚去了趟青岛"}, "8月我们全家刚去了趟青岛", {"林晓"},
+    assert None is ground({"subject": "林晓", "object": "7月林晓全家刚去了趟大理"}, "7月我们全家刚去了趟大理", {"林晓"},
                           extractive=True)
-    assert "entity not in source: '9'" == ground({"subject": "林晓", "object": "9月林晓全家去了青岛"}, "8月我们全家去了青岛",
+    assert "entity not in source: '9'" == ground({"subject": "林晓", "object": "9月林晓全家去了大理"}, "7月我们全家去了大理",
                                                  {"林晓"}, extractive=True)
 
 
@@ -810,3 +811,21 @@ def test_a_contraction_split_over_two_slots_is_joined():
     candidates, _ = model_only([turn(1, "I won't eat shellfish, ever.")],
                                fake_llm(reply("Rosalind | won | 't eat shellfish")))
     assert ["Rosalind won't eat shellfish"] == texts(candidates)
+
+
+def test_a_chinese_day_that_is_the_subject_keeps_its_date():
+    source = turn(1, "今天是我的生日，准备晚上去吃火锅。", speaker="林晓", ts="2026-03-14T09:00:00")
+    candidates, _ = extract.extract([source], fake_llm(reply()))
+    assert ["2026年3月14日是林晓的生日，准备晚上去吃火锅"] == [codec.canonical_text(c.record) for c in candidates]
+
+
+def test_gonna_be_without_a_subject_is_not_the_speaker():
+    source = turn(1, "Gonna be a long night. I'm repainting the hallway.", speaker="Wren")
+    candidates, _ = extract.extract([source], fake_llm(reply()))
+    assert ["Wren is repainting the hallway"] == [codec.canonical_text(c.record) for c in candidates]
+
+
+def test_a_chinese_part_about_someone_only_a_pronoun_names_is_cut():
+    source = turn(1, "他月底退休，之后店里的账就归我管了。", speaker="林晓", ts="2026-03-14T09:00:00")
+    candidates, _ = extract.extract([source], fake_llm(reply()))
+    assert ["店里的账就归林晓管了"] == [codec.canonical_text(c.record) for c in candidates]

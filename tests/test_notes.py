@@ -122,6 +122,9 @@ def test_every_word_list_the_code_asks_for_is_a_top_level_list():
     ("agree,", "they're lovely", "chat left in"),
     ("thinks", "is ready to adopt", "no subject in the clause"),
     ("thinks", "the flat is too small", None),
+    ("done", "for Bea", "no verb"),                  # from "What's it done for you?"
+    ("stoked for", "the regatta", "no verb"),
+    ("has done", "a mural", None),
 ])
 def test_a_model_fragment_is_no_note(predicate, obj, expected):
     from memdb.extraction import gate
@@ -209,11 +212,31 @@ def test_a_chinese_note_names_its_subject_once_and_in_front(record, expected):
     assert expected == codec.canonical_text(record)
 
 
+@pytest.mark.parametrize("said, kept", [
+    ("loves that teal colour teal colour", False),
+    ("wants to paint dawn real dawn", False),
+    ("took a night-shift post at the bakery, a night-shift post with early mornings", False),
+    ("keeps a family recipe book for family dinners", True),
+    ("thanks Bea for the sketchbook", False),          # thanks are said, not kept
+    ("thanks to her coach won the regatta", True),
+])
+def test_a_note_that_stutters_is_no_note(said, kept):
+    from memdb.extraction import gate
+    predicate, obj = said.split(" ", 1)
+    why = gate.judge({"subject": "Wren", "predicate": predicate, "object": obj, "kind": "fact"}, said, {"Wren"})
+    assert kept == (why is None), why
+
+
 @pytest.mark.parametrize("predicate, obj, kept", [
     ("presented", "it to the board", False),        # what "it" was, only the turn says
     ("sold", "them at the market", False),
     ("sold", "them at the Harbour Market", True),   # a name says enough to look it up
     ("repainted", "the shed and loved it", True),   # the thing is named; "it" points back to it
+    ("is pretty proud", "of it", False),
+    ("is going to try", "it out next week", False),
+    ("chose", "them because they take weekend classes", False),
+    ("has been dreaming of", "this for a while", False),
+    ("is painting", "this week's commission", True),    # "this" before a noun names it
 ])
 def test_a_note_whose_object_is_only_it_names_nothing(predicate, obj, kept):
     from memdb.extraction import gate
@@ -298,6 +321,8 @@ def test_an_opening_ing_word_without_a_verb_after_it_is_what_the_speaker_does(cl
     ("is moving to", "Oslo", "My partner and I are moving to Oslo.", None),
     ("is going", "sailing with her nephews", "I'm off to go sailing with my nephews.", None),  # the model's own words
     ("is happy at", "the library", "Wren is happy at the library, she says.", None),
+    ("taught her", "patience", "Sailing? It taught me patience.", "said of something else"),
+    ("taught", "her nephews to sail", "I taught my nephews to sail, and it taught me patience.", None),
 ])
 def test_a_models_is_note_must_be_said_of_a_person(predicate, obj, turn, expected):
     from memdb.extraction import gate
@@ -344,10 +369,30 @@ def test_the_speaker_said_again_in_a_chinese_note_is_never_the_name_twice(value,
     assert expected == persons.third_person_zh(value, "苏禾", named=not value.startswith("我的"))
 
 
+@pytest.mark.parametrize("value, expected", [
+    ("有时我会忘了带钥匙，但是过了一会儿我就想起来了", "苏禾有时会忘了带钥匙，但是过了一会儿就想起来了"),
+    ("有点紧张，之前我只养过一只猫", "苏禾有点紧张，之前只养过一只猫"),
+    ("但我打算去学潜水", "苏禾打算去学潜水"),              # "但" points at a sentence the note does not hold
+    ("由于我起得晚，错过了早班车", "苏禾起得晚，错过了早班车"),
+    ("护士让我空腹来抽血", "护士让苏禾空腹来抽血"),          # acted on by someone else: the name stays there
+    ("芒果，那个味道我受不了", "芒果，那个味道苏禾受不了"),
+])
+def test_the_speaker_opens_a_chinese_note_about_them(value, expected):
+    assert expected == persons.third_person_zh(value, "苏禾", named=False)
+
+
+def test_a_chinese_line_that_names_its_subject_twice_keeps_the_first():
+    # codec shows such a line whole, so the name in front must stay in the object
+    assert "苏禾上周去看了牙，医生让苏禾少吃糖" == persons.drop_repeated_subject("苏禾", "苏禾上周去看了牙，医生让苏禾少吃糖")
+    assert "上周去看了牙" == persons.drop_repeated_subject("苏禾", "苏禾上周去看了牙")
+
+
 @pytest.mark.parametrize("said, kept", [
     ("今天我想和你聊聊我的工作", ""),          # announces the talk
     ("有你的陪伴，感觉好多了", ""),
     ("对啊，周末去爬山了", "周末去爬山了"),
+    ("周末去爬山了，腿都酸了吧", "周末去爬山了"),   # an aside ending on a particle
+    ("好吧", ""),
     ("我会考虑这些建议", ""),                   # the assistant's advice, taken
     ("你的语气让我很安心", ""),                 # about the assistant
     ("你有没有喜欢的播客", ""),                 # a question without its ？
@@ -469,3 +514,23 @@ def test_a_note_from_the_listeners_news_is_no_note_about_the_speaker(sentence):
     from memdb.extraction import gate
     record = {"subject": "Wren", "predicate": "opened", "object": "a new bakery", "kind": "event"}
     assert "about the listener" == gate.judge(record, sentence, {"Wren", "Bea"})
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("the autumn leaves, it looks so cozy", "the autumn leaves"),
+    ("at the animal shelter - it's so heartwarming", "at the animal shelter"),
+    ("a watercolour of the harbour too, take a look", "a watercolour of the harbour too"),
+    ("a pottery class on Tuesdays, btw", "a pottery class on Tuesdays"),
+    ("the lake, it is 3 km long", "the lake, it is 3 km long"),    # a fact, not a verdict
+    ("look", "look"),
+    ("how the room would look", "how the room would look"),
+])
+def test_chat_that_trails_an_english_note_is_cut(value, expected):
+    assert expected == persons.without_tail(value)
+
+
+def test_a_clause_after_thinks_keeps_its_own_subject():
+    from memdb.extraction import gate
+    record = gate.repair_persons({"subject": "Wren", "predicate": "thinks", "object": "I'm ready to foster a cat"},
+                                 "Wren", None, False, lambda name: SHE)
+    assert "she is ready to foster a cat" == record["object"]

@@ -150,13 +150,19 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
     for name in others:
         if clause.startswith(name):
             return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
+    if not named and re.search(r"(?:^|[，,\s\U0001F000-\U0001FAFF])[她他](?!们)", clause) and "我" in clause:
+        # "他下个月交接，之后组里的事归我管": who 他 is, only the turns before say; the speaker's
+        # part stands alone (zh.toml: after_words, the "之后" that pointed at the cut part, go too)
+        parts = [p for p in re.split(r"[，,\s\U0001F000-\U0001FAFF]+", clause)
+                 if len(p) > 1 and not re.match(r"[她他](?!们)", _zh_opener_free(p))]
+        clause = re.sub(rf"^(?:{lexicon.alternation('zh', 'after_words').pattern})", "", "，".join(parts))
     if speaker_says_zh(clause):
         # Chat leaves the speaker out ("也觉得健身对我帮助很大", "天气不错，都出去逛了一圈"): 我 is
         # said back in, once, before the first comma-part that opens as the speaker's.
         parts = re.split(r"([，,]\s*)", clause)
         for i in range(0, len(parts), 2):
             if not parts[i].startswith("我") and _piece_is_the_speakers(parts[i], first=i == 0) \
-                    and not re.match(r"[A-Za-z0-9]", parts[i]) and "我" not in "".join(parts[:i]):
+                    and not re.match(r"[A-Za-z0-9]", parts[i]) and "我" not in "".join(parts[:i + 1]):
                 parts[i] = "我" + parts[i]
                 break
             if "我" in parts[i]:
@@ -189,8 +195,8 @@ def _piece_is_the_speakers(rest: str, first: bool = False) -> bool:
             break
         rest = rest[len(times[0]) if times else part_of_day.end():].lstrip("，, ")
         opened_with_time = True
-    if opened_with_time and not rest:
-        return False
+    if opened_with_time and (not rest or rest.startswith("是")):
+        return False  # "今天是我的生日": the day is the subject
     return rest.startswith(lexicon.words("zh", "subject_openers")) or bool(
         first and re.match(r"[A-Za-z0-9]", rest) and not opened_with_time)
 
@@ -337,6 +343,8 @@ def _subject_first(clause: str) -> str:
     if doing and doing.group(1) not in _NOT_NAMES and not gerund_subject(clause):  # "Researching adoption agencies": what the speaker is doing
         return f"I am {clause[:1].lower()}{clause[1:]}"
     elided = _ELIDED.match(clause)
+    if elided and re.match(r"(?:gonna|going to) be\s+(?!\w+ing\b)", clause, re.I):
+        return clause  # "Gonna be a big change": chat leaves out "it", not "I"
     if elided and clause[0].isupper():
         verb = elided.group(1).lower()
         verb = {"been": "have been", "gonna": "am going to", "wanna": "want to"}.get(verb, verb)

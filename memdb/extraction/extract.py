@@ -251,6 +251,8 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
         for part in ("predicate", "object"):
             if record.get(part):
                 record[part] = persons.spelled_out(record[part])
+        if record.get("object"):
+            record["object"] = persons.without_tail(record["object"])
     record = gate.repair_persons(record, speaker, listener, zh, pronouns)
     if not zh and record.get("object"):
         record["object"] = persons.indefinite(record.get("predicate", ""), record["object"])
@@ -266,7 +268,8 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
             return None, why
         predicate = record["predicate"].strip()
         if record["subject"] in names | {speaker} and re.fullmatch(
-                r"[a-z]+(?:\s+(?:to|a|an|the|his|her|their|in|on|at|for|with|about|up|out|into)\b.*)?", predicate):
+                r"[a-z]+(?:\s+(?:to|a|an|the|his|her|their|in|on|at|for|with|about|up|out|into|that|this|these|those|"
+                r"it|them|my|our|every|all|some)\b.*)?", predicate):
             record["predicate"] = persons.agree(predicate)  # "Ana | need to" → "needs to" ("gate code is" stays)
     record = normalize.attach_time(record, when, turn, sentence)
     record["lang"] = "zh" if zh else "en"

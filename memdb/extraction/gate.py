@@ -90,7 +90,9 @@ def repair_persons(record: dict, speaker: str, listener: str | None, zh: bool,
                     value = persons.third_person_zh(value, speaker,
                                                     named=named and part != "object" or speaker in value)
                 else:
-                    value = persons.third_person_en(value, speaker, pronouns(speaker), named=named)
+                    clause = part == "object" and re.search(
+                        rf"\b(?:{lexicon.alternation('en', 'clause_verbs').pattern})$", record.get("predicate", "").strip())
+                    value = persons.third_person_en(value, speaker, pronouns(speaker), named=named, clause=bool(clause))
                 named = True  # the name stands in the note from here on
             record[part] = _listener_named(value, listener, zh)
     if record.get("object") and subject:
@@ -176,6 +178,8 @@ def trim_zh(value: str, speaker: str) -> str:
             continue
         if asks or chat or _ZH_SMALL_TALK.search(probe) or _small_talk_zh(probe) or _zh_request_or_verdict(probe):
             continue
+        if kept and probe.endswith(tuple(lexicon.words("zh", "remark_ends"))):
+            continue  # "…还喜欢潜水和攀岩，五花八门吧": an aside after the fact
         sep = re.sub(r"[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]", "", sep)
         kept.append(clause + (sep[:1] or ("，" if text.has_cjk(clause) else " ")))
     return "".join(kept).strip(" ，,。：:；;—～~…")
@@ -241,6 +245,12 @@ def model_fragment(record: dict, turn: str = "") -> str | None:
     if turn and not _said_of_a_person(record, turn):
         return "said of something else"  # "Ana | is a fun way to express | …" from "Painting's a fun way …"
     first = re.sub(rf"^(?:(?:{lexicon.alternation('en', 'auxiliaries').pattern})\s+)+", "", predicate + " ", flags=re.I)
+    verb = first.split()[0].lower() if first.split() else word
+    if word in lexicon.words("en", "participles") or word in lexicon.words("en", "feelings_without_be"):
+        return "no verb"  # "Ana | done | for Bea" (from "What's it done for you?"), "Ana | stoked for | …"
+    if turn and re.search(rf"\b(?:it|this|that|which)\s+(?:\w+\s+)?{re.escape(verb)}\s+(?:me|us)\b", turn, re.I) \
+            and not re.search(rf"\b(?:I|we)\s+(?:\w+\s+)?{re.escape(verb)}\b", turn, re.I):
+        return "said of something else"  # "Ana | taught her | self-acceptance" from "It taught me self-acceptance"
     if first != predicate + " " or "n't" in word:
         return None  # "is moving to", "has been", "just launched", "doesn't like"
     if word in lexicon.words("en", "past_forms") or re.fullmatch(r"[a-z]+(?:ed|[^s'u]s)", word):
@@ -287,7 +297,8 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
     opener = re.sub(r"['’]s$", "", subject.split()[0].lower()) if subject.split() else ""
     if opener in _PRONOUN_SUBJECTS or opener in ("here", "there"):
         return "pronoun subject"  # "It's great to see the | love | …"
-    if subject.lower() in _PRONOUN_SUBJECTS or re.match(r"[他她它](?!们)", record.get("object", "")) and not record.get("predicate"):
+    body = re.sub(rf"^{re.escape(subject)}[，,\s]*", "", record.get("object", "")) if subject else record.get("object", "")
+    if subject.lower() in _PRONOUN_SUBJECTS or re.match(r"[他她它](?!们)", body) and not record.get("predicate"):
         return "pronoun subject"  # "他下个月交接": 他 opens the Chinese note, whoever the subject is
     if SECOND_PERSON.search(said):
         return "addressed to the listener"
@@ -310,6 +321,8 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "two clauses glued"  # "booked | the movers they get the keys": two sentences, the stop lost
     if said.rstrip().endswith("?"):
         return "a question"  # "… or plan something special, just the two of them?"
+    if re.match(r"(?:thanks|thanked|thank|congratulates|congratulated|apologi[sz]es|apologi[sz]ed)\b(?!\s+to\b)", said.strip(), re.I):
+        return "talk about the talk"  # "Ana | thanks | Bea Art gives her joy": thanks are said, not kept
     if lexicon.alternation("en", "chat_meta").search(said):
         return "talk about the talk"  # "Ana | will keep | Bea posted"
     others = [n for n in names if n and n not in subject and re.search(rf"\b{re.escape(n)}\b", said)]
@@ -325,6 +338,12 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
     pointed = re.match(r"(?:[a-z']+\s+){0,3}?(?:it|them)\b", said.strip(), re.I)  # "gave it to her", "wants to pass it on"
     if pointed and not _LATIN_NAME.search(said):
         return "names nothing it speaks of"  # "presented | it to leadership": what "it" was, the turn says
+    head = re.split(r",|;|\b(?:and|because|but|so|when|after|before)\b", said)[0]
+    pointer = _POINTER.search(head)
+    if pointer and not _LATIN_NAME.search(said):
+        return "names nothing it speaks of"  # "is pretty proud | of it", "is going to try | it out"
+    if _SAID_TWICE.search(said):
+        return "says a word twice"  # "loves | that purple color purple color": a small model's stutter
     if re.search(r"^(?:shares?|shared) (?:a |an )?(?:photo|pic|picture|photography)|\bshares? a photo$"
                  r"|\bhere(?:'s| is) (?:a |the )?(?:photo|pic|picture)", said, re.I):
         return "a shared photo"  # the caption of a picture: what it shows is said in the turns around it
@@ -332,6 +351,13 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
 
 
 _LATIN_NAME = re.compile(r"(?<!^)\b[A-Z][a-zA-Z]+|\d")
+# "it", "them" or "this" standing for a thing of the chat (a pronoun, not "this week"): what it
+# is, only the turns around it say.
+_POINTER = re.compile(r"\b(?:it|them|this)\b(?=\s*$|\s*[.!:]|\s+(?:to|for|with|of|in|on|at|out|up|off|down|back|along|over|"
+                      r"again|too|now|next|a lot|more|even|just|really|all|either)\b)", re.I)
+# The same words again, or a word again at the end with nothing between but words: "purple
+# color purple color", "paint sunset real sunset", "a part-time job … a part-time job in sales".
+_SAID_TWICE = re.compile(r"\b([\w'-]{4,}\s+[\w'-]{4,})\b.*\b\1\b|\b(\w+\s+\w+)\s+\2\b|\b(\w{3,})\b(?:\s+\w+){0,4}\s+\3\W*$", re.I)
 
 
 def _names_out(said: str, names: set[str]) -> str:

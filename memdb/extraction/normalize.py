@@ -159,8 +159,8 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
                 if phrase in turn.content:
                     said.append(phrase)
                 written = timeparse.zh_words(phrase, iso) if phrase in turn.content else ""
-                if written != phrase and iso == turn.ts[: len(iso)]:
-                    written = ""
+                if written != phrase and iso == turn.ts[: len(iso)] and not value.startswith(f"{phrase}是"):
+                    written = ""  # but "今天是苏禾的生日" keeps its day: it is the note's subject
                 value = record[part] = value.replace(phrase, written, 1).strip(" ，,")
                 continue
             if len(value) > len(phrase) + 2:

@@ -135,16 +135,17 @@ def drop_leading_i(clause: str) -> str:
     return _verb_after_i(lead.group(0).strip(), clause[lead.end():], False) if lead else clause
 
 
-def third_person_en(value: str, name: str, p: Pronouns, *, named: bool) -> str:
+def third_person_en(value: str, name: str, p: Pronouns, *, named: bool, clause: bool = False) -> str:
     """First-person words in a note's predicate or object, as the speaker seen from outside.
 
     named: the note's subject is the speaker already, so a leading "I" goes ("Ana | I sold my
     car" → "sold her car") and later ones are pronouns; otherwise the first mention is the name
-    ("Emil got a job near me" → "… near Ana") and pronouns follow."""
+    ("Emil got a job near me" → "… near Ana") and pronouns follow. clause: the value is a clause
+    of its own after a verb like "thinks" ("Ana | thinks | I'm ready" → "she is ready")."""
     if not FIRST_PERSON.search(value):
         return value
     lead = _LEADING_I.match(value)
-    if named and lead:  # after the name: the verb agrees with one person
+    if named and lead and not clause:  # after the name: the verb agrees with one person
         value = _verb_after_i(lead.group(0).strip(), value[lead.end():], False)
     elif not named:
         m = FIRST_PERSON.search(value)
@@ -207,9 +208,10 @@ def third_person_zh(value: str, name: str, *, named: bool) -> str:
         value = re.sub(r"^(?:我们|我)(?:的)?", lambda m: "" if m.group(0) != "我们" or group == name else group, value)
     mentioned = named
     topic = named  # the speaker opens the note ("我一直喜欢写作"), not someone of theirs ("我的上司…")
+    leads = False  # the name moves to the front: "有时我会忘记" → "苏禾有时会忘记"
 
     def person(m: re.Match) -> str:
-        nonlocal mentioned, topic
+        nonlocal mentioned, topic, leads
         word = m.group(0)
         if word.startswith("我们"):
             if re.match(r"团队|组|公司|部门|家", value[m.end():]):  # 我们团队 → 罗婷的团队
@@ -226,7 +228,7 @@ def third_person_zh(value: str, name: str, *, named: bool) -> str:
             before, after = value[: m.start()], value[m.end():]
             # where a clause's subject stands: its start, after a comma or a joining word
             slot = rf"(?:^|[，,；;]\s*|{lexicon.alternation('zh', 'subject_joints').pattern})$"
-            if word == "我" and re.search(slot, before):
+            if word == "我" and (re.search(slot, before) or _adverbial_zh(re.split(r"[，,；;]\s*", before)[-1])):
                 return ""
             if word in ("我的", "我") and re.match(lexicon.alternation("zh", "relations").pattern, after):
                 return ""
@@ -236,6 +238,9 @@ def third_person_zh(value: str, name: str, *, named: bool) -> str:
         mentioned = True
         if word == "我" and re.match(lexicon.alternation("zh", "relations").pattern, value[m.end():]):
             return name + "的"  # 我师父 → 苏禾的师父
+        if first and word == "我" and _subject_slot_zh(value[: m.start()]):
+            leads = topic = True  # the name opens the note, as a person writing it down puts it
+            return ""
         if first:
             topic = word == "我" and re.fullmatch(r"[^，,。！？]{0,8}", value[: m.start()]) is not None
         # The name where the speaker is someone's ("我的上司…要求我…" → "林晓的上司…要求林晓…"):
@@ -243,9 +248,34 @@ def third_person_zh(value: str, name: str, *, named: bool) -> str:
         return name + word[1:]
 
     value = re.sub(r"我们的?|我的|我", person, value)
+    if leads:  # "但我计划…" → "苏禾计划…": a joining word points at a sentence the note does not hold
+        value = name + re.sub(rf"^(?:{lexicon.alternation('zh', 'subject_joints').pattern})[，,]?", "", value)
     for i, word in enumerate(keep):
         value = value.replace(f"\x00{i}\x01", word)
     return value
+
+
+def _subject_slot_zh(before: str) -> bool:
+    """Whether 我 after `before` stands where the note's subject does: after nothing but time
+    words and joining words ("有时我", "但是下周我"), or after one short comma-part that leaves
+    its subject out ("有点慌，之前我…"). "医生让我…", "那个味儿我…" are not."""
+    parts = re.split(r"[，,]\s*", before)
+    if len(parts) > 2 or len(parts) == 2 and not (
+            len(parts[0]) <= 6 and parts[0].startswith(tuple(lexicon.words("zh", "subject_openers")))):
+        return False
+    return _adverbial_zh(parts[-1])
+
+
+def _adverbial_zh(rest: str) -> bool:
+    # Nothing but time words, parts of the day, adverbs of time and joining words (or nothing).
+    adverbial = "|".join(lexicon.alternation("zh", name).pattern for name in ("parts_of_day", "subject_joints", "time_adverbs"))
+    while rest:
+        times = [p for p, _ in timeparse.find(rest, "2000-01-01") if rest.startswith(p)]
+        word = re.match(adverbial, rest)
+        if not times and not word:
+            return False
+        rest = rest[len(times[0]) if times else word.end():].lstrip("，, ")
+    return True
 
 
 
@@ -267,6 +297,8 @@ def drop_repeated_subject(subject: str, value: str) -> str:
         rest = stripped[len(subject):]
         if not (text.has_cjk(subject) or re.match(r"[\s,:]", rest)) or rest.startswith("的"):
             break  # "Ana's sister", "苏禾的师父" name someone else
+        if text.has_cjk(subject) and subject in rest:
+            break  # "苏禾上周…医生让苏禾…": a line that names its subject again is shown whole (codec)
         stripped = rest.lstrip(" ，,:：")
     return stripped
 
@@ -279,6 +311,23 @@ def spelled_out(value: str) -> str:
         said, written = pair.split("=", 1)
         value = re.sub(rf"(?<![\w'-]){re.escape(said)}(?![\w'-])", written, value, flags=re.I)
     return value
+
+
+# ", it looks so cozy", "- it's so heartwarming", ", plus it's fulfilling": a verdict on what
+# the note already said, after a comma or dash.
+_VERDICT_TAIL = re.compile(r"\s*[,;–—-]\s*(?:plus\s+|and\s+|so\s+)?(?:it|that|this)\s*(?:['’]s|\s+is|\s+was|\s+looks|"
+                           r"\s+feels|\s+sounds|\s+seems)\s+(?P<verdict>(?:[\w'-]+\s+){0,7}[\w'-]+)\s*$", re.I)
+
+
+def without_tail(value: str) -> str:
+    """An English note without the chat that trails it: a verdict on what it said ("loved the
+    yellow leaves, it looks so cozy") or a word to the listener ("…, take a look"; en.toml:
+    chat_tails)."""
+    verdict = _VERDICT_TAIL.search(value)
+    if verdict and any(w.lower() in lexicon.words("en", "evaluative") for w in verdict.group("verdict").split()):
+        value = value[: verdict.start()]
+    tails = lexicon.alternation("en", "chat_tails").pattern
+    return re.sub(rf"\s*[,;–—-]?\s*(?:{tails})\W*$", "", value, flags=re.I) if re.search(r"\s", value.strip()) else value
 
 
 def indefinite(predicate: str, value: str) -> str:
