@@ -392,6 +392,8 @@ def test_a_chinese_line_that_names_its_subject_twice_keeps_the_first():
     ("有你的陪伴，感觉好多了", ""),
     ("对啊，周末去爬山了", "周末去爬山了"),
     ("周末去爬山了，腿都酸了吧", "周末去爬山了"),   # an aside ending on a particle
+    ("你总是很耐心，我最近在学吉他", "我最近在学吉他"),  # praise of the assistant
+    ("以后可以请你帮我挑挑琴弦", ""),
     ("好吧", ""),
     ("我会考虑这些建议", ""),                   # the assistant's advice, taken
     ("你的语气让我很安心", ""),                 # about the assistant
@@ -534,3 +536,24 @@ def test_a_clause_after_thinks_keeps_its_own_subject():
     record = gate.repair_persons({"subject": "Wren", "predicate": "thinks", "object": "I'm ready to foster a cat"},
                                  "Wren", None, False, lambda name: SHE)
     assert "she is ready to foster a cat" == record["object"]
+
+
+def test_the_listener_is_named_once_then_pronouns():
+    from memdb.extraction import gate
+    record = gate.repair_persons(
+        {"subject": "Wren", "predicate": "could help", "object": "you with your shop or run your stall if you want"},
+        "Wren", "Tobias", False, lambda name: HE)
+    assert "Tobias with his shop or run his stall if he wants" == record["object"]
+
+
+@pytest.mark.parametrize("predicate, obj, kept", [
+    ("is supporting", "each other and making things happen", False),   # said of a group the note lost
+    ("believes in", "neighbours helping each other", True),
+    ("booked", "the van those movers really make it easy", False),
+    ("bets", "they sell out by noon", True),
+    ("can build", "the boat she is imagining", True),   # a clause that tells which boat
+])
+def test_each_other_and_glued_clauses(predicate, obj, kept):
+    from memdb.extraction import gate
+    why = gate.judge({"subject": "Wren", "predicate": predicate, "object": obj, "kind": "fact"}, obj, {"Wren"})
+    assert kept == (why is None), why

@@ -95,6 +95,9 @@ def repair_persons(record: dict, speaker: str, listener: str | None, zh: bool,
                     value = persons.third_person_en(value, speaker, pronouns(speaker), named=named, clause=bool(clause))
                 named = True  # the name stands in the note from here on
             record[part] = _listener_named(value, listener, zh)
+            if listener and not zh and part == "object" and SECOND_PERSON.search(value):
+                record[part] = _listener_once(record[part], listener, pronouns(listener),
+                                              f"{subject} {record.get('predicate', '')}")
     if record.get("object") and subject:
         record["object"] = persons.drop_repeated_subject(subject, record["object"])
     return record
@@ -120,7 +123,9 @@ def _listener_named(value: str, listener: str | None, zh: bool) -> str:
         return value.strip()
     if listener:
         # "how you use it" → "how Ana uses it": "you" as a subject, its verb agreeing with the name
-        value = re.sub(r"(^|\b(?:how|that|when|if|because|and|but|so|what|where|why|while|since|as)\s+)you\s+([a-z]+)\b",
+        value = re.sub(r"(^|\b(?:how|that|when|if|because|and|but|so|what|where|why|while|since|as)\s+)you\s+"
+                       r"(?!(?:with|for|to|and|or|a|an|the|in|on|at|about|from|too|as|back|up|out|my|your|his|her|their|"
+                       r"our|its|this|that|so|very|all|both|guys)\b)([a-z]+)\b",
                        lambda m: f"{m.group(1)}{listener} {persons.agree(m.group(2))}", value, flags=re.I)
         rules = [(r"\byou['’]re\b", f"{listener} is"), (r"\byou['’]ve\b", f"{listener} has"),
                  (r"\byou['’]ll\b", f"{listener} will"), (r"\byou['’]d\b", f"{listener} would"),
@@ -133,6 +138,29 @@ def _listener_named(value: str, listener: str | None, zh: bool) -> str:
     for pattern, name in rules:
         value = re.sub(pattern, name, value, flags=re.I)
     return " ".join(value.split())
+
+
+def _listener_once(value: str, listener: str, p: Pronouns, before: str) -> str:
+    """The listener named once in a note, then pronouns: "could help Ana with Ana's accounts if
+    Ana wants" → "… with her accounts if she wants" (before: the note's words ahead of value)."""
+    seen = re.search(rf"\b{re.escape(listener)}\b", before) is not None
+
+    def once(m: re.Match) -> str:
+        nonlocal seen
+        if not seen:
+            seen = True
+            return m.group(0)
+        if m.group(2):  # "Ana's accounts"
+            return p.possessive
+        if m.group(3):  # "if Ana wants": the subject of a clause
+            verb = m.group(3)
+            if p.plural:
+                verb = {"is": "are", "was": "were", "has": "have", "does": "do"}.get(verb, re.sub(r"s$", "", verb))
+            return f"{p.subject} {verb}"
+        return p.object
+
+    pattern = rf"(\b{re.escape(listener)}\b)(?:(['’]s)\b|\s+((?:is|was|has|wants|needs|likes|does|will|would|can|could)\b))?"
+    return re.sub(pattern, once, value)
 
 
 def _named(value: str, speaker: str, listener: str | None, zh: bool) -> str:
@@ -157,9 +185,11 @@ _ZH_SMALL_TALK = re.compile(
 
 def _zh_request_or_verdict(clause: str) -> bool:
     # "你帮我看看…", "所以你给我写代码…": a request to the assistant; "这个思路可以": a verdict on
-    # its answer (lexicon/zh.toml: request_leads, requests, verdicts).
+    # its answer (lexicon/zh.toml: request_leads, requests, verdicts); "以后可以请你帮我…" asks too.
     leads = lexicon.alternation("zh", "request_leads").pattern
     return bool(re.match(rf"(?:{leads})*(?:{lexicon.alternation('zh', 'requests').pattern})", clause)
+                or "请你" in clause
+                or lexicon.alternation("zh", "about_the_assistant").search(clause) is not None
                 or re.search(rf"(?:{lexicon.alternation('zh', 'verdicts').pattern})$", clause))
 
 
@@ -236,6 +266,8 @@ def model_fragment(record: dict, turn: str = "") -> str | None:
     if re.search(rf"\b(?:{lexicon.alternation('en', 'clause_verbs').pattern})$", predicate) \
             and re.match(r"(?:is|was|are|were|has|have|had|can|will|would)\b", obj):
         return "no subject in the clause"  # "Ana | thinks | is ready to …": who is ready, the model left out
+    if re.search(r"\b(?:glad|happy|sad|sorry|proud|grateful|thankful|relieved|sure)\s+(?:could|can|would|will|had|has|was|did)\b", said, re.I):
+        return "no subject in the clause"  # "Ana | was glad could share | …": who could, the model left out
     for m in re.finditer(r"(\S+)\s+(?:they|we|he|she)\s+[a-z]+\s+(?:me|her|him|us|them)\b", said):
         if m.group(1).lower() not in lexicon.words("en", "clause_joints"):
             return "two clauses glued"  # "loves | husband and kids they keep her motivated"
@@ -315,13 +347,18 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "about the listener"  # praise or feelings about the other person: theirs to tell
     if lexicon.alternation("en", "listener_news").match(re.sub(r"^(?:\W*(?:\w+\s+){0,2}\w+[!,.]\s+)?", "", sentence.strip())):
         return "about the listener"  # "Congrats on the new shop!": the listener's news
-    glued = re.search(r"\b([\w'-]+)\s+(?:they|he|she|we)\s+(?:get|got|are|were|was|is|have|had|will|really|make|made|keep|kept)\b",
-                      said, re.I)
-    if glued and glued.group(1).lower() not in lexicon.words("en", "clause_joints"):
+    glued = re.search(r"\b([\w'-]+)\s+(?:they|he|she|we|(?:those|these)\s+[\w'-]+)\s+(?:really\s+|also\s+|just\s+)?"
+                      r"(?:get|got|are|were|was|is|have|had|will|make|makes|made|keep|keeps|kept|bring|brings|brought|"
+                      r"give|gives|gave|help|helps|helped|mean|means|meant)\b(?!\s+\w+ing\b)", said, re.I)  # "the space she is imagining" relates
+    if glued and glued.group(1).lower() not in {*lexicon.words("en", "clause_joints"), *lexicon.words("en", "clause_verbs")}:
         return "two clauses glued"  # "booked | the movers they get the keys": two sentences, the stop lost
+    if re.match(r"(?:(?:is|are|was|were)\s+)?[\w'-]+\s+(?:each other|one another)\b", said.strip(), re.I) \
+            and " and " not in subject and not re.search(r"['’]s\s+\w", subject):
+        return "one person, each other"  # "Ana | is supporting each other": said of a group the note lost
     if said.rstrip().endswith("?"):
         return "a question"  # "… or plan something special, just the two of them?"
-    if re.match(r"(?:thanks|thanked|thank|congratulates|congratulated|apologi[sz]es|apologi[sz]ed)\b(?!\s+to\b)", said.strip(), re.I):
+    if re.match(r"(?:thanks|thanked|thank|congratulates|congratulated|apologi[sz]es|apologi[sz]ed|appreciates|appreciated)\b"
+                r"(?!\s+to\b)", said.strip(), re.I):
         return "talk about the talk"  # "Ana | thanks | Bea Art gives her joy": thanks are said, not kept
     if lexicon.alternation("en", "chat_meta").search(said):
         return "talk about the talk"  # "Ana | will keep | Bea posted"

@@ -261,7 +261,8 @@ def _subject_slot_zh(before: str) -> bool:
     its subject out ("有点慌，之前我…"). "医生让我…", "那个味儿我…" are not."""
     parts = re.split(r"[，,]\s*", before)
     if len(parts) > 2 or len(parts) == 2 and not (
-            len(parts[0]) <= 6 and parts[0].startswith(tuple(lexicon.words("zh", "subject_openers")))):
+            len(parts[0]) <= 6 and parts[0].startswith(tuple(lexicon.words("zh", "subject_openers")))
+            and not re.match(r"[^是]{0,4}是", parts[0])):  # "今天是周日，我…": the day has its own verb
         return False
     return _adverbial_zh(parts[-1])
 
