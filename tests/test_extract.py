@@ -829,3 +829,26 @@ def test_a_chinese_part_about_someone_only_a_pronoun_names_is_cut():
     source = turn(1, "他月底退休，之后店里的账就归我管了。", speaker="林晓", ts="2026-03-14T09:00:00")
     candidates, _ = extract.extract([source], fake_llm(reply()))
     assert ["店里的账就归林晓管了"] == [codec.canonical_text(c.record) for c in candidates]
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("My sister drove me to the ferry at dawn.", ["Beatrix's sister drove her to the ferry at dawn"]),
+    ("Knitting's a calm way to clear my head.", ["Beatrix finds knitting a calm way to clear her head"]),
+    ("Folk music is so warm - it really speaks to me.", ["Folk music really speaks to Beatrix"]),
+    ("I kept one souvenir, my brass compass. A sailor gave it to me in Bergen.",
+     ["Beatrix kept one souvenir", "A sailor gave Beatrix's brass compass to her in Bergen"]),
+    ("I'm lucky to have my wife and twins.", ["Beatrix is lucky to have her wife and twins"]),
+    ("So proud of you! 🎉 I signed the lease on a pottery studio.", ["Beatrix signed the lease on a pottery studio"]),
+    # "it" never stands for a place after "in" or a role after "as", nor for what "she" gave
+    ("We spent the day together as a family - I'll never forget it!", []),
+    ("This brooch is special to me - a gift from my aunt in my home town. She gave it to me at twelve.", []),
+    ("Your glazes are gorgeous -- it reminds me of the sea.", []),   # an opinion, the speaker only its listener
+    ("Really made me think about sleeping more.", []),
+    ("I'm going to make it happen.", []),                               # "it" of an idiom stands for nothing
+    ("I'd like to thank everyone who came to it.", []),
+    ("Losing my job pushed me to open the bakery.", ["Beatrix found that losing her job pushed her to open the bakery"]),
+])
+def test_what_acts_on_the_speaker_and_what_it_stands_for_are_notes(said, expected):
+    source = turn(1, said, speaker="Beatrix")
+    candidates, _ = extract.extract([source], fake_llm(reply()))
+    assert expected == [codec.canonical_text(c.record) for c in candidates]

@@ -18,6 +18,7 @@ from .prefilter import FIRST_PERSON_WORDS, sentence_kind
 
 _VOCATIVE = re.compile(r"^[A-Z][a-z]+,\s*|,\s*[A-Z][a-z]+$")  # "Bea, ..." / "..., Rosalind"
 _CLAUSE = re.compile(r"\s*(?:;|:|—|–| - |, but |, and |, so |, which | but | and then | and (?=it |it's |that |this )"
+                     r"|\s[\U0001F300-\U0001FAFF\u2600-\u27BF]+\s"
                      r"|,\s+(?=(?:I|I'm|I've|I'll|I'd|my|My|we|We|we're|We're|please|Please)\b))\s*")
 _ZH_SENTENCE = re.compile(r"[^。！？!?；;\n]+")
 _BRACKETS = re.compile(r"\[[^\]]*\]|\([^)]*\)|（[^）]*）")
@@ -45,9 +46,12 @@ def notes(content: str, speaker: str, names: set[str], covered: set[str], ts: st
     zh = text.has_cjk(content)
     found, covered = [], set(covered)
     person = None  # in Chinese, the last person a clause named: who a following "她" is
+    thing = subject = None  # in English, what the clause before ended on and opened with: what "it" stands for
     for clause in _clauses(content, zh):
         if zh and person and re.match(r"[她他](?!们)", clause):
             clause = person + clause[1:]
+        if not zh:
+            clause, thing, subject = _it_named(clause, thing, subject)
         person = (_ZH_PERSON.findall(clause) or [person])[-1] if zh else None
         if sentence_kind(clause, names) != "content" or not _states_something(clause, zh, ts):
             continue
@@ -65,6 +69,39 @@ def notes(content: str, speaker: str, names: set[str], covered: set[str], ts: st
     return found
 
 
+# The noun phrase a clause ends on ("…, like my hand-painted bowl") and the one it opens with
+# before "is" ("Contemporary dance is so expressive"): what an "it" in the next clause stands for.
+_LAST_THING = re.compile(r"(?<!\bin )(?<!\bat )(?<!\bas )(?<!\bof )(?<!\bto )(?<!\bon )(?<!\bby )(?<!\bfor )(?<!\bfrom )"
+                         r"(?<!\bwith )(?<!\binto )\b((?:a|an|the|my|our)\s+(?:[\w'-]+\s+){0,3}[\w'-]+)\s*$", re.I)
+_FIRST_THING = re.compile(r"^((?:(?:the|my|our)\s+)?[A-Za-z][\w'-]*(?:\s+[\w'-]+){0,2}?)\s+(?:is|was|are|were)\b", re.I)
+
+
+def _it_named(clause: str, thing: str | None, subject: str | None) -> tuple[str, str | None, str | None]:
+    """The clause with an "it" that stands for the clause before's thing written out ("A friend
+    made it for my birthday" after "…, like my hand-painted bowl" → "made my hand-painted bowl"),
+    and what the next clause's "it" may stand for."""
+    opened = re.match(r"it\s+(?!(?:is|was|was|will|would|has|had|does|did|can|could|must|might|may)\b|['’])(?=[a-z])", clause, re.I)
+    if opened and subject:  # "- it really speaks to me" after "Contemporary dance is so expressive"
+        clause = subject + clause[opened.end() - 1:]
+    elif thing and not opened and not re.match(r"(?:he|she|they|it|we)\b", clause, re.I):  # "She gave it to me": whose, unsure
+        # only as the object of a verb of doing, at the end or before a preposition: "made it for my
+        # birthday", "never forget it"; not "make it happen", "worth it", "those who need it"
+        done = "|".join(map(re.escape, [*lexicon.words("en", "past_forms"), "forget", "remember"]))
+        clause = re.sub(rf"^((?:\S+\s+){{0,4}}?(?:{done}|[a-z]+ed))\s+it(?=\s*$|\s*[,.!;]|\s+(?:to|for|at|in|on|with|from|"
+                        rf"into|over|back|last|yesterday|today|this|every)\b)", rf"\1 {thing}", clause, count=1, flags=re.I)
+    last = _LAST_THING.search(clause.rstrip(" .!"))
+    first = _FIRST_THING.match(clause)
+    nouns_only = lambda phrase: phrase and phrase.split()[-1].lower() not in _NOT_A_THING and not timeparse.find(phrase, "2000-01-01")
+    thing = last.group(1) if last and nouns_only(last.group(1)) and not re.search(r"[^s]s$", last.group(1)) else None
+    subject = first.group(1) if first and nouns_only(first.group(1)) \
+        and first.group(1).split()[0].lower() not in lexicon.words("en", "pronoun_subjects") and \
+        first.group(1).split()[0].lower() not in ("i", "it", "this", "that", "there", "here", "what", "which", "who") else None
+    return clause, thing, subject
+
+
+_NOT_A_THING = frozenset("day week month year time lot bit while way one ones thing things stuff".split())
+
+
 # A clause that only dates the one before it ("It's on the 21st next month").
 _POINTS_BACK = re.compile(r"^(?:it|that)(?:'s| is| was|'ll be| will be)\s+(?=(?:on|in|at|next|this|last|tomorrow)\b)", re.I)
 
@@ -80,6 +117,7 @@ def _clauses(content: str, zh: bool) -> list[str]:
     out = []
     for sentence in text.sentences(content):
         for part in _aside_kept(_CLAUSE.split(sentence)):
+            part = re.sub(r"^[\U0001F300-\U0001FAFF\u2600-\u27BF\uFE0F\s]+", "", part)  # "🎉 I signed …"
             part = persons.discourse_free(part.strip(" ,.!")).strip(" ,.!")  # "Yeah, so I …" → "I …"
             part = _VOCATIVE.sub("", part)
             out += _cut(part, MAX_CLAUSE_CHARS["en"], ", ")
@@ -130,6 +168,8 @@ def _states_something(clause: str, zh: bool, ts: str) -> bool:
     own = _OWN_SUBJECT.match(opened)
     if own and (len(terms) >= 3 or slots.read("", persons.drop_leading_i(opened)).get("attribute")):
         return True  # "I just launched an ad campaign for my store", "I'm vegetarian": the speaker's own
+    if len(terms) >= 3 and re.search(r"\b(?:me|my|myself)\b", clause, re.I):
+        return True  # "Contemporary dance really speaks to me": something that acts on the speaker
     return bool(_DURABLE.search(clause) or _ENTITY.search(clause) or timeparse.find(clause, ts))
 
 
@@ -219,6 +259,10 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
         return {"subject": speaker, "predicate": f"and my {pair.group(1)}", "object": pair.group(2)}
     if re.match(r"i\b|i['’]", clause, re.I):
         return {"subject": speaker, **_verb_and_rest(persons.drop_leading_i(clause))}
+    way = re.match(r"([A-Za-z]+ing(?:\s+[\w'-]+){0,3}?)(?:['’]s|\s+is)\s+(an?\s+(?:[\w-]+\s+){0,2}way to\b.*)$", clause)
+    if way and re.search(r"\b(?:me|my|myself)\b", way.group(2), re.I):
+        # "Knitting's a calm way to clear my head" → "Ana finds knitting a calm way to clear her head"
+        return {"subject": speaker, "predicate": "finds", "object": f"{way.group(1).lower()} {way.group(2)}"}
     found = gerund_subject(clause)
     if found and re.match(r"(?:is|was|been|can be|could be|will be|has been|had been)$", found.group(3), re.I):
         return None  # "Taking risks is scary", "Drawing is my fave": an opinion, not what happened to the speaker
@@ -237,7 +281,7 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     for name in others:
         if clause.startswith(name + " "):
             return {"subject": name, "object": clause[len(name) + 1:]}
-    own = re.match(r"^(?:my|our)\s+((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+(?=(?:%s|[a-z]+(?<!s)s|[a-z]+ed)\b)(.+)$" % _verbs(),
+    own = re.match(r"^(?:my|our)\s+((?:[\w'-]+,?\s+){0,4}?[\w'-]+)(?<!\band)(?<!\bor)\s+(?=(?:%s|[a-z]+(?<!s)s|[a-z]+ed)\b)(.+)$" % _verbs(),
                    clause, re.I)
     if own:  # "my sister's wedding is in June" → "Ana's sister's wedding | is in June"
         return {"subject": f"{speaker}'s {own.group(1)}", **_verb_and_rest(own.group(2))}
@@ -255,7 +299,9 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     if thing and _no_thing(thing.group(1)):
         thing = None  # "Next Friday works", "Never had a chance": a time or an adverb, not a thing
     if thing and (rule or _ENTITY.search(clause) or timeparse.find(thing.group(2), "2000-01-01")
-                  or slots.polarity(thing.group(2)) == "ended"):
+                  or slots.polarity(thing.group(2)) == "ended"
+                  or re.match(r"(?!(?:is|are|was|were|like)\b)(?:[\w'-]+\s+){0,3}(?:me|myself)\b", thing.group(2), re.I)):
+        # … or a thing of the speaker's that acts on them ("The support group has made me feel accepted")
         # "The offsite is on June 4", "The Crete trip is off", "Anything with client data stays
         # inside our VPC": a thing of the speaker's, with a name, number, time, rule or ending
         noun = re.sub(r"^(?:our|my|the)\s+(?!(?:%s)\b)" % "|".join(lexicon.words("en", "pronoun_subjects")),
@@ -281,7 +327,8 @@ def _no_thing(noun: str) -> bool:
     # A time ("Next Friday") or a word that only modifies a verb ("Never", en.toml: auxiliaries)
     # in the place of a thing.
     said = [p for p, _ in timeparse.find(noun, "2000-01-01")]
-    return any(p.lower() == noun.lower() for p in said) or noun.lower() in lexicon.words("en", "auxiliaries")
+    return any(p.lower() == noun.lower() for p in said) or noun.lower() in lexicon.words("en", "auxiliaries") \
+        or re.fullmatch(r"[A-Za-z]+ly", noun) is not None  # "Really made me think"
 
 
 # "X is my favourite Y": the speaker's Y is X.
@@ -292,8 +339,8 @@ _WITH_ME = re.compile(r"^(?:my|our)\s+((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+and\s+(?:I
 
 
 def _verbs() -> str:
-    # The verbs that end a noun phrase at the front of a clause (en.toml: phrase_verbs), as one alternation.
-    return "|".join(map(re.escape, lexicon.words("en", "phrase_verbs")))
+    # The verbs that end a noun phrase at the front of a clause (en.toml: phrase_verbs, past_forms), as one alternation.
+    return "|".join(map(re.escape, [*lexicon.words("en", "phrase_verbs"), *lexicon.words("en", "past_forms")]))
 
 
 def _we_verb(clause: str) -> str:

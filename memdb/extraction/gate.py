@@ -315,9 +315,9 @@ def _said_of_a_person(record: dict, turn: str) -> bool:
     return re.search(rf"{person}\s+(?:[\w'-]+\s+){{0,3}}?{word}\b", turn, re.I) is not None
 
 
-def judge(record: dict, sentence: str, names: set[str]) -> str | None:
+def judge(record: dict, sentence: str, names: set[str], *, they: bool = False) -> str | None:
     """Why record is not worth keeping, or None when it is. sentence: the turn's sentence it
-    came from (normalize.best_sentence)."""
+    came from (normalize.best_sentence); they: the speaker goes by "they", so "them" may be them."""
     subject = (record.get("subject") or "").strip()
     said = " ".join(record.get(f, "") for f in ("predicate", "object"))
     if re.search(r"[\[\]{}`]", said):
@@ -370,14 +370,16 @@ def judge(record: dict, sentence: str, names: set[str]) -> str | None:
         return "no concrete fact"
     if _OPINION.search(said) and not FIRST_PERSON_WORDS.search(sentence):
         return "an opinion"
-    if lexicon.alternation("en", "pep_talk").search(said) and not _LATIN_NAME.search(_names_out(said, names)):
+    if lexicon.alternation("en", "pep_talk").search(said) and not _LATIN_NAME.search(_names_out(said, names)) \
+            and not re.search(rf"\b(?:{'|'.join(lexicon.words('en', 'relations'))})s?\b", said, re.I):  # "is lucky to have her husband" names him
         return "a feeling or a pep talk"  # "will do her best", "is so grateful": nothing to recall
     pointed = re.match(r"(?:[a-z']+\s+){0,3}?(?:it|them)\b", said.strip(), re.I)  # "gave it to her", "wants to pass it on"
-    if pointed and not _LATIN_NAME.search(said):
+    owner = re.match(r"[A-Z]\w*['’]s\s", subject)  # "Ana's sister drove them": them is Ana, said as "they"
+    if pointed and not _LATIN_NAME.search(said) and not (owner and pointed.group(0).lower().endswith("them")):
         return "names nothing it speaks of"  # "presented | it to leadership": what "it" was, the turn says
     head = re.split(r",|;|\b(?:and|because|but|so|when|after|before)\b", said)[0]
     pointer = _POINTER.search(head)
-    if pointer and not _LATIN_NAME.search(said):
+    if pointer and not _LATIN_NAME.search(said) and not (they and pointer.group(0).lower() == "them"):
         return "names nothing it speaks of"  # "is pretty proud | of it", "is going to try | it out"
     if _SAID_TWICE.search(said):
         return "says a word twice"  # "loves | that purple color purple color": a small model's stutter
