@@ -852,3 +852,21 @@ def test_what_acts_on_the_speaker_and_what_it_stands_for_are_notes(said, expecte
     source = turn(1, said, speaker="Beatrix")
     candidates, _ = extract.extract([source], fake_llm(reply()))
     assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("先不用。跟你讲个八卦，老周要走了，公司把他调去昆明。", ["老周要走了，公司把他调去昆明"]),
+    ("对了还有个事，家里那只黑猫煤球，四岁了，最近老掉毛，咋办？", ["林晓的黑猫煤球四岁了，最近老掉毛"]),
+    ("忘了跟你说，周末的露营最后没去成，下雨了。", ["林晓周末的露营最后没去成，下雨了"]),
+    ("好嘞～另外我是夜猫子，一般两点才睡。", ["林晓是夜猫子，一般两点才睡"]),
+])
+def test_chinese_chat_openers_topics_and_people_called_by_surname(said, expected):
+    source = turn(1, said, speaker="林晓", ts="2026-03-14T09:00:00")
+    candidates, _ = extract.extract([source], fake_llm(reply()))
+    assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+def test_a_word_that_holds_an_attribute_phrase_names_no_attribute():
+    from memdb.extraction import slots
+    assert "lives_in" != slots.read("林晓", "每天加班到十点，真的扛不住").get("attribute")
+    assert ("lives_in", "杭州") == tuple(slots.read("林晓", "住在杭州").get(k) for k in ("attribute", "value"))

@@ -128,7 +128,7 @@ def _zh_opener_free(sentence: str) -> str:
     # "说实话，…", "还是老规矩—…": words that open a Chinese sentence and carry nothing (zh.toml: openers).
     openers = "|".join(map(re.escape, lexicon.words("zh", "openers")))
     answers = "|".join(map(re.escape, lexicon.words("zh", "answers")))
-    return re.sub(rf"^(?:(?:{openers})[，,、：:—\s]*|(?:{answers})[，,]\s*)+", "", sentence)
+    return re.sub(rf"^(?:(?:{openers})[，,、：:—～~\s]*|(?:{answers})[，,～~]\s*)+", "", sentence)
 
 
 def _aside_kept(parts: list[str]) -> list[str]:
@@ -190,6 +190,9 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
     for name in others:
         if clause.startswith(name):
             return {"subject": name, "object": clause[len(name):].lstrip("，, ") or clause}
+    called = re.match(rf"([老小][\u4e00-\u9fff])(?=(?:{lexicon.alternation('zh', 'subject_openers').pattern}))", clause)
+    if called and "我" not in clause:  # "老周要走了，公司把他调去…": a person called by 老/小 and a surname
+        return {"subject": called.group(1), "object": clause[called.end():]}
     if not named and re.search(r"(?:^|[，,\s\U0001F000-\U0001FAFF])[她他](?!们)", clause) and "我" in clause:
         # "他下个月交接，之后组里的事归我管": who 他 is, only the turns before say; the speaker's
         # part stands alone (zh.toml: after_words, the "之后" that pointed at the cut part, go too)
@@ -200,6 +203,10 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
         # Chat leaves the speaker out ("也觉得健身对我帮助很大", "天气不错，都出去逛了一圈"): 我 is
         # said back in, once, before the first comma-part that opens as the speaker's.
         parts = re.split(r"([，,]\s*)", clause)
+        topic = re.match(r"(?:家里|我家|我的)?(?:那|这)(?:只|个|位|条|辆|套)", parts[0])
+        if topic and len(parts) > 2 and "我" not in parts[0]:
+            # "家里那只橘猫，三岁了，最近挑食": the first part names what the rest is about, the speaker's
+            return {"subject": f"{speaker}的{parts[0][topic.end():]}", "object": "".join(parts[2:])}
         for i in range(0, len(parts), 2):
             if not parts[i].startswith("我") and _piece_is_the_speakers(parts[i], first=i == 0) \
                     and not re.match(r"[A-Za-z0-9]", parts[i]) and "我" not in "".join(parts[:i + 1]):

@@ -259,7 +259,7 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
         record["object"] = persons.with_article(record.get("predicate", ""), record["object"])
     if zh and not extractive and record.get("object") and gate.pieced_together(record, turn.content, speaker, listener, turn.ts):
         return None, "not the turn's words"
-    why = gate.judge(record, sentence, names | {speaker}, they=not zh and pronouns(speaker).plural)
+    why = gate.judge(record, sentence, names | {speaker}, they=lambda: not zh and pronouns(speaker).plural)
     if why:
         return None, why
     if not extractive and not zh:

@@ -315,9 +315,10 @@ def _said_of_a_person(record: dict, turn: str) -> bool:
     return re.search(rf"{person}\s+(?:[\w'-]+\s+){{0,3}}?{word}\b", turn, re.I) is not None
 
 
-def judge(record: dict, sentence: str, names: set[str], *, they: bool = False) -> str | None:
+def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bool] = lambda: False) -> str | None:
     """Why record is not worth keeping, or None when it is. sentence: the turn's sentence it
-    came from (normalize.best_sentence); they: the speaker goes by "they", so "them" may be them."""
+    came from (normalize.best_sentence); they(): whether the speaker goes by "they", so that
+    "them" may be them (asked only when it matters: it may ask the model)."""
     subject = (record.get("subject") or "").strip()
     said = " ".join(record.get(f, "") for f in ("predicate", "object"))
     if re.search(r"[\[\]{}`]", said):
@@ -341,9 +342,11 @@ def judge(record: dict, sentence: str, names: set[str], *, they: bool = False) -
     last = (record.get("object") or record.get("predicate") or "").lower().split()
     if last and last[-1] in _DANGLING_END:
         return "cut off"
-    if _INFO_QUESTION.search(sentence) and sentence.rstrip().endswith(("?", "？")):
+    if _INFO_QUESTION.search(sentence) and sentence.rstrip().endswith(("?", "？")) and not text.has_cjk(sentence):
+        # (a Chinese note's asking clauses are cut already: trim_zh)
         return "from a question"
-    if SECOND_PERSON.search(sentence) and not FIRST_PERSON_WORDS.search(sentence) or _REACTION.search(sentence):
+    heard = lexicon.alternation("zh", "chat_itself").sub("", sentence) if text.has_cjk(sentence) else sentence  # "忘了跟你说，…"
+    if SECOND_PERSON.search(heard) and not FIRST_PERSON_WORDS.search(heard) or _REACTION.search(sentence):
         return "about the listener"  # praise or feelings about the other person: theirs to tell
     if lexicon.alternation("en", "listener_news").match(re.sub(r"^(?:\W*(?:\w+\s+){0,2}\w+[!,.]\s+)?", "", sentence.strip())):
         return "about the listener"  # "Congrats on the new shop!": the listener's news
@@ -379,7 +382,7 @@ def judge(record: dict, sentence: str, names: set[str], *, they: bool = False) -
         return "names nothing it speaks of"  # "presented | it to leadership": what "it" was, the turn says
     head = re.split(r",|;|\b(?:and|because|but|so|when|after|before)\b", said)[0]
     pointer = _POINTER.search(head)
-    if pointer and not _LATIN_NAME.search(said) and not (they and pointer.group(0).lower() == "them"):
+    if pointer and not _LATIN_NAME.search(said) and not (pointer.group(0).lower() == "them" and they()):
         return "names nothing it speaks of"  # "is pretty proud | of it", "is going to try | it out"
     if _SAID_TWICE.search(said):
         return "says a word twice"  # "loves | that purple color purple color": a small model's stutter

@@ -97,10 +97,17 @@ def read(subject: str, body: str) -> dict:
     mask = "\ue000" * len(owner)
     if zh and owner:
         line = line.replace(owner, mask)
+    plain = line
+    if zh:  # "扛不住" is no 住: such words are masked too, the same length (zh.toml: not_attribute_words)
+        for word in lexicon.words("zh", "not_attribute_words"):
+            line = line.replace(word, "\ue001" * len(word))
     for attribute in attributes():
         for pattern in attribute.patterns:
             if (pattern.pattern.isascii() or zh) and (m := pattern.search(line)):
                 value = _value(m, line, zh)
+                if "\ue001" in value:  # the words as said, where the value spans a masked word
+                    start = line.find(value)
+                    value = plain[start:start + len(value)] if start >= 0 else value.replace("\ue001", "")
                 value = value.replace(mask, owner) if mask and value else value
                 key = attribute.key
                 if key == "favourite" and m.groupdict().get("v"):
