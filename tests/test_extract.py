@@ -845,6 +845,7 @@ def test_a_chinese_part_about_someone_only_a_pronoun_names_is_cut():
     ("Your glazes are gorgeous -- it reminds me of the sea.", []),   # an opinion, the speaker only its listener
     ("Really made me think about sleeping more.", []),
     ("I'm going to make it happen.", []),                               # "it" of an idiom stands for nothing
+    ("Doing a budget first makes sense.", []),                          # a verdict, not what the speaker finds
     ("I'd like to thank everyone who came to it.", []),
     ("Losing my job pushed me to open the bakery.", ["Beatrix found that losing her job pushed her to open the bakery"]),
 ])

@@ -323,6 +323,7 @@ def test_an_opening_ing_word_without_a_verb_after_it_is_what_the_speaker_does(cl
     ("is happy at", "the library", "Wren is happy at the library, she says.", None),
     ("taught her", "patience", "Sailing? It taught me patience.", "said of something else"),
     ("taught", "her nephews to sail", "I taught my nephews to sail, and it taught me patience.", None),
+    ("uses for", "calm and focus", "I had to pause the cello, which I use for calm and focus.", "lost its object"),
 ])
 def test_a_models_is_note_must_be_said_of_a_person(predicate, obj, turn, expected):
     from memdb.extraction import gate

@@ -271,7 +271,8 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
         # "Knitting's a calm way to clear my head" → "Ana finds knitting a calm way to clear her head"
         return {"subject": speaker, "predicate": "finds", "object": f"{way.group(1).lower()} {way.group(2)}"}
     found = gerund_subject(clause)
-    if found and re.match(r"(?:is|was|been|can be|could be|will be|has been|had been)$", found.group(3), re.I):
+    if found and (re.match(r"(?:is|was|been|can be|could be|will be|has been|had been)$", found.group(3), re.I)
+                  or re.match(r"\s*sense\b", clause.strip()[found.end():], re.I)):  # "Doing research makes sense": a verdict
         return None  # "Taking risks is scary", "Drawing is my fave": an opinion, not what happened to the speaker
     if found:  # "Painting helps me unwind" → "Ana finds that painting helps her unwind"
         said = found.group(3).lower().split()[0]

@@ -278,6 +278,9 @@ def model_fragment(record: dict, turn: str = "") -> str | None:
         return "said of something else"  # "Ana | is a fun way to express | …" from "Painting's a fun way …"
     first = re.sub(rf"^(?:(?:{lexicon.alternation('en', 'auxiliaries').pattern})\s+)+", "", predicate + " ", flags=re.I)
     verb = first.split()[0].lower() if first.split() else word
+    verb_prep = re.fullmatch(r"([a-z]+?)(?:s|d|ed)?\s+(for|as|to|with|on|in)", predicate)
+    if verb_prep and turn and re.search(rf"\b(?:which|that)\s+I\s+{verb_prep.group(1)}\w*\s+{verb_prep.group(2)}\b", turn, re.I):
+        return "lost its object"  # "Ana | uses for | peace" from "pottery, which I use for peace"
     if word in lexicon.words("en", "participles") or word in lexicon.words("en", "feelings_without_be"):
         return "no verb"  # "Ana | done | for Bea" (from "What's it done for you?"), "Ana | stoked for | …"
     if turn and re.search(rf"\b(?:it|this|that|which)\s+(?:\w+\s+)?{re.escape(verb)}\s+(?:me|us)\b", turn, re.I) \
@@ -342,8 +345,9 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
     last = (record.get("object") or record.get("predicate") or "").lower().split()
     if last and last[-1] in _DANGLING_END:
         return "cut off"
-    if _INFO_QUESTION.search(sentence) and sentence.rstrip().endswith(("?", "？")) and not text.has_cjk(sentence):
-        # (a Chinese note's asking clauses are cut already: trim_zh)
+    if sentence.rstrip().endswith(("?", "？")) and (
+            _INFO_QUESTION.search(said) if text.has_cjk(sentence) else _INFO_QUESTION.search(sentence)):
+        # (in Chinese the note's own words must ask: a turn's asking clause is cut from the note by trim_zh)
         return "from a question"
     heard = lexicon.alternation("zh", "chat_itself").sub("", sentence) if text.has_cjk(sentence) else sentence  # "忘了跟你说，…"
     if SECOND_PERSON.search(heard) and not FIRST_PERSON_WORDS.search(heard) or _REACTION.search(sentence):
