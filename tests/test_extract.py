@@ -871,3 +871,9 @@ def test_a_word_that_holds_an_attribute_phrase_names_no_attribute():
     from memdb.extraction import slots
     assert "lives_in" != slots.read("林晓", "每天加班到十点，真的扛不住").get("attribute")
     assert ("lives_in", "杭州") == tuple(slots.read("林晓", "住在杭州").get(k) for k in ("attribute", "value"))
+
+
+def test_a_chinese_note_asks_only_when_its_own_words_ask():
+    source = turn(1, "家里那只兔子，两岁了，换了好几种草都不吃，咋办？我们的接口要怎么做限流？", speaker="林晓", ts="2026-03-14T09:00:00")
+    candidates, _ = extract.extract([source], fake_llm(reply()))
+    assert ["林晓的兔子两岁了，换了好几种草都不吃"] == [codec.canonical_text(c.record) for c in candidates]

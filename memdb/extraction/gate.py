@@ -41,6 +41,7 @@ _OPINION = re.compile(
     r"\b(?:is|are|was|were|'s|looks?|sounds?|seems?)\s+(?:(?:so|really|super|such|a|an|very|pretty|truly|just)\s+)*"
     r"(?:amazing|awesome|great|lovely|wonderful|cool|nice|beautiful|gorgeous|special|important|inspiring|"
     r"tough|hard|rewarding|powerful|vital|key|perfect|fun)\b", re.I)
+_ZH_ASKS = re.compile(r"怎么|什么|为什么|如何|哪|[吗呢]$")  # a Chinese note that asks ("好几种" does not)
 _INFO_QUESTION = re.compile(
     r"^\s*(?:what|how|why|when|where|who|which|did|do|does|are|is|was|were|have|has|had|got|any|anything|"
     r"can|could|would|will|wanna|want)\b|[吗呢][？?]?\s*$|什么|怎么|为什么|哪|多少|几", re.I)
@@ -346,7 +347,7 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
     if last and last[-1] in _DANGLING_END:
         return "cut off"
     if sentence.rstrip().endswith(("?", "？")) and (
-            _INFO_QUESTION.search(said) if text.has_cjk(sentence) else _INFO_QUESTION.search(sentence)):
+            _ZH_ASKS.search(said) if text.has_cjk(sentence) else _INFO_QUESTION.search(sentence)):
         # (in Chinese the note's own words must ask: a turn's asking clause is cut from the note by trim_zh)
         return "from a question"
     heard = lexicon.alternation("zh", "chat_itself").sub("", sentence) if text.has_cjk(sentence) else sentence  # "忘了跟你说，…"
