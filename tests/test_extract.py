@@ -846,6 +846,9 @@ def test_a_chinese_part_about_someone_only_a_pronoun_names_is_cut():
     ("Really made me think about sleeping more.", []),
     ("I'm going to make it happen.", []),                               # "it" of an idiom stands for nothing
     ("Doing a budget first makes sense.", []),                          # a verdict, not what the speaker finds
+    ("I had to pause the cello, which I use for calm and focus.",
+     ["Beatrix had to pause the cello, which she uses for calm and focus"]),   # the relative clause keeps its thing
+    ("I'd love to help in any way I can.", []),                         # an offer to the listener
     ("I'd like to thank everyone who came to it.", []),
     ("Losing my job pushed me to open the bakery.", ["Beatrix found that losing her job pushed her to open the bakery"]),
 ])

@@ -382,6 +382,15 @@ def test_the_speaker_opens_a_chinese_note_about_them(value, expected):
     assert expected == persons.third_person_zh(value, "苏禾", named=False)
 
 
+@pytest.mark.parametrize("value, expected", [
+    ("医生说我胃不好，让我把奶茶戒了", "医生说苏禾胃不好，让她把奶茶戒了"),
+    ("厦门的会我不去了，下周我们有个版本上线", "厦门的会苏禾不去了，下周她的团队有个版本上线"),
+    ("有时我会忘了带钥匙，但是过了一会儿我就想起来了", "苏禾有时会忘了带钥匙，但是过了一会儿就想起来了"),
+])
+def test_the_speaker_said_again_is_her_pronoun_when_the_model_knows_it(value, expected):
+    assert expected == persons.third_person_zh(value, "苏禾", named=False, pronoun="她")
+
+
 def test_a_chinese_line_that_names_its_subject_twice_keeps_the_first():
     # codec shows such a line whole, so the name in front must stay in the object
     assert "苏禾上周去看了牙，医生让苏禾少吃糖" == persons.drop_repeated_subject("苏禾", "苏禾上周去看了牙，医生让苏禾少吃糖")

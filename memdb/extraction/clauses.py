@@ -17,7 +17,7 @@ from . import lexicon, persons, slots
 from .prefilter import FIRST_PERSON_WORDS, sentence_kind
 
 _VOCATIVE = re.compile(r"^[A-Z][a-z]+,\s*|,\s*[A-Z][a-z]+$")  # "Bea, ..." / "..., Rosalind"
-_CLAUSE = re.compile(r"\s*(?:;|:|—|–| - |, but |, and |, so |, which | but | and then | and (?=it |it's |that |this )"
+_CLAUSE = re.compile(r"\s*(?:;|:|—|–| - |, but |, and |, so |, which (?!I |we )| but | and then | and (?=it |it's |that |this )"
                      r"|\s[\U0001F300-\U0001FAFF\u2600-\u27BF]+\s"
                      r"|,\s+(?=(?:I|I'm|I've|I'll|I'd|my|My|we|We|we're|We're|please|Please)\b))\s*")
 _ZH_SENTENCE = re.compile(r"[^。！？!?；;\n]+")

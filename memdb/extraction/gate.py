@@ -88,8 +88,10 @@ def repair_persons(record: dict, speaker: str, listener: str | None, zh: bool,
             value = _unglued(record[part])
             if persons.FIRST_PERSON.search(value):
                 if zh or text.has_cjk(value):  # the name where the clause says 我 (codec then shows it there)
-                    value = persons.third_person_zh(value, speaker,
-                                                    named=named and part != "object" or speaker in value)
+                    again = re.search(r"我.*我", value) is not None  # asked only when the speaker is said twice
+                    value = persons.third_person_zh(value, speaker, named=named and part != "object" or speaker in value,
+                                                    pronoun={"she": "她", "he": "他"}.get(pronouns(speaker).subject, "")
+                                                    if again else "")
                 else:
                     clause = part == "object" and re.search(
                         rf"\b(?:{lexicon.alternation('en', 'clause_verbs').pattern})$", record.get("predicate", "").strip())

@@ -193,10 +193,12 @@ def we_are(clause: str, name: str) -> str:
 
 # ---------------------------------------------------------------- Chinese
 
-def third_person_zh(value: str, name: str, *, named: bool) -> str:
+def third_person_zh(value: str, name: str, *, named: bool, pronoun: str = "") -> str:
     """我 as a word (not inside 自我 or 迷你) as the speaker seen from outside: dropped where it
     opens a note whose subject is the speaker already, else the name (我师父 → 苏禾的师父);
-    我们 → the speaker's team when the clause speaks of work, else the speaker."""
+    我们 → the speaker's team when the clause speaks of work, else the speaker. pronoun (她, 他,
+    or "" when the model could not say): the speaker said again where neither leaving them out
+    nor 自己 reads ("医生让苏禾戒糖" → "医生让她戒糖"), so the name stands once."""
     keep = lexicon.words("zh", "not_pronoun")
     for i, word in enumerate(keep):
         value = value.replace(word, f"\x00{i}\x01")
@@ -218,6 +220,8 @@ def third_person_zh(value: str, name: str, *, named: bool) -> str:
                 return "" if mentioned else f"{name}的"  # "…罗婷不去了，团队有个版本上线": once is enough
             if mentioned and group == name:
                 return word[2:]
+            if mentioned and pronoun:
+                return pronoun + group[len(name):] + word[2:]  # "…苏禾不去了，下周她的团队有个版本上线"
             mentioned = mentioned or group == name
             return group + word[2:]
         if mentioned and topic:
@@ -234,6 +238,8 @@ def third_person_zh(value: str, name: str, *, named: bool) -> str:
                 return ""
             if word == "我的" or word == "我" and re.search(rf"(?:{lexicon.alternation('zh', 'thinking_verbs').pattern})$", before):
                 return "自己" + word[1:]
+        if mentioned and pronoun and not word.startswith("我们"):
+            return pronoun + word[1:]  # "医生让她把咖啡戒了", "林晓的上司总是要求她…"
         first = not mentioned
         mentioned = True
         if word == "我" and re.match(lexicon.alternation("zh", "relations").pattern, value[m.end():]):
