@@ -880,3 +880,9 @@ def test_a_chinese_note_asks_only_when_its_own_words_ask():
     source = turn(1, "家里那只兔子，两岁了，换了好几种草都不吃，咋办？我们的接口要怎么做限流？", speaker="林晓", ts="2026-03-14T09:00:00")
     candidates, _ = extract.extract([source], fake_llm(reply()))
     assert ["林晓的兔子两岁了，换了好几种草都不吃"] == [codec.canonical_text(c.record) for c in candidates]
+
+
+def test_cutting_a_part_about_him_keeps_the_words_of_the_rest_apart():
+    source = turn(1, "周五 code review 的时候我跟组长提一下，他对缓存这块特别敏感。", speaker="林晓", ts="2026-03-09T09:00:00")
+    candidates, _ = extract.extract([source], fake_llm(reply()))
+    assert ["周五 code review 的时候林晓跟组长提一下"] == [codec.canonical_text(c.record) for c in candidates]

@@ -196,7 +196,7 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
     if not named and re.search(r"(?:^|[，,\s\U0001F000-\U0001FAFF])[她他](?!们)", clause) and "我" in clause:
         # "他下个月交接，之后组里的事归我管": who 他 is, only the turns before say; the speaker's
         # part stands alone (zh.toml: after_words, the "之后" that pointed at the cut part, go too)
-        parts = [p for p in re.split(r"[，,\s\U0001F000-\U0001FAFF]+", clause)
+        parts = [p.strip() for p in re.split(r"[，,]\s*|\s*[\U0001F000-\U0001FAFF]+\s*", clause)
                  if len(p) > 1 and not re.match(r"[她他](?!们)", _zh_opener_free(p))]
         clause = re.sub(rf"^(?:{lexicon.alternation('zh', 'after_words').pattern})", "", "，".join(parts))
     if speaker_says_zh(clause):
