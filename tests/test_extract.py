@@ -886,3 +886,9 @@ def test_cutting_a_part_about_him_keeps_the_words_of_the_rest_apart():
     source = turn(1, "周五 code review 的时候我跟组长提一下，他对缓存这块特别敏感。", speaker="林晓", ts="2026-03-09T09:00:00")
     candidates, _ = extract.extract([source], fake_llm(reply()))
     assert ["周五 code review 的时候林晓跟组长提一下"] == [codec.canonical_text(c.record) for c in candidates]
+
+
+def test_a_time_cut_out_that_leaves_two_sentences_glued_gives_no_note():
+    source = turn(1, "Oh nice, I booked the van for May 3rd, two days before we get the keys.", speaker="Beatrix")
+    candidates, outcomes = extract.extract([source], fake_llm(reply()))
+    assert [] == [codec.canonical_text(c.record) for c in candidates]

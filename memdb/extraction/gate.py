@@ -321,6 +321,16 @@ def _said_of_a_person(record: dict, turn: str) -> bool:
     return re.search(rf"{person}\s+(?:[\w'-]+\s+){{0,3}}?{word}\b", turn, re.I) is not None
 
 
+def glued(said: str) -> bool:
+    """Whether an English note runs two sentences together: a second subject and its verb right
+    after a word that cannot lead into a clause ("booked the movers they get the keys"); "the
+    space she is imagining" only says which space."""
+    m = re.search(r"\b([\w'-]+),?\s+(?:they|he|she|we|(?:those|these)\s+[\w'-]+)\s+(?:really\s+|also\s+|just\s+)?"
+                  r"(?:get|got|are|were|was|is|have|had|will|make|makes|made|keep|keeps|kept|bring|brings|brought|"
+                  r"give|gives|gave|help|helps|helped|mean|means|meant)\b(?!\s+\w+ing\b)", said, re.I)
+    return m is not None and m.group(1).lower() not in {*lexicon.words("en", "clause_joints"), *lexicon.words("en", "clause_verbs")}
+
+
 def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bool] = lambda: False) -> str | None:
     """Why record is not worth keeping, or None when it is. sentence: the turn's sentence it
     came from (normalize.best_sentence); they(): whether the speaker goes by "they", so that
@@ -357,10 +367,7 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
         return "about the listener"  # praise or feelings about the other person: theirs to tell
     if lexicon.alternation("en", "listener_news").match(re.sub(r"^(?:\W*(?:\w+\s+){0,2}\w+[!,.]\s+)?", "", sentence.strip())):
         return "about the listener"  # "Congrats on the new shop!": the listener's news
-    glued = re.search(r"\b([\w'-]+)\s+(?:they|he|she|we|(?:those|these)\s+[\w'-]+)\s+(?:really\s+|also\s+|just\s+)?"
-                      r"(?:get|got|are|were|was|is|have|had|will|make|makes|made|keep|keeps|kept|bring|brings|brought|"
-                      r"give|gives|gave|help|helps|helped|mean|means|meant)\b(?!\s+\w+ing\b)", said, re.I)  # "the space she is imagining" relates
-    if glued and glued.group(1).lower() not in {*lexicon.words("en", "clause_joints"), *lexicon.words("en", "clause_verbs")}:
+    if glued(said):
         return "two clauses glued"  # "booked | the movers they get the keys": two sentences, the stop lost
     if re.match(r"(?:(?:is|are|was|were)\s+)?[\w'-]+\s+(?:each other|one another)\b", said.strip(), re.I) \
             and " and " not in subject and not re.search(r"['’]s\s+\w", subject):

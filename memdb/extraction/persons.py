@@ -83,7 +83,8 @@ _NOT_PRESENT = re.compile(r"(?:\w+[^e]ed|can|could|will|would|should|must|might|
                           r"kept|said|spent|began|became|brought|built|caught|drove|flew|grew|heard|held|paid|put|"
                           r"read|sent|set|taught|wrote|quit|let|cut|hit|shut|hurt|cost|chose|wore|ate|drank|swam|sang|"
                           r"began|spoke|broke|froze|woke|rode|drove|rose|shook|forgot|sat|stood|understood|meant|"
-                          r"slept|kept|fell|fought|flew|knew|threw|won|led|fed|hid|lay|bit|dug|lit|wept)$", re.I)
+                          r"slept|kept|fell|fought|flew|knew|threw|won|led|fed|hid|lay|bit|dug|lit|wept|learnt|burnt|dreamt|spelt|"
+                          r"spilt|leant|knelt|dwelt|smelt)$", re.I)
 _ADVERB = re.compile(r"(?:just|also|really|still|always|never|often|usually|sometimes|totally|basically|"
                      r"already|finally|recently|even|mostly|actually|only|now)$", re.I)
 
