@@ -237,6 +237,7 @@ def test_a_note_that_stutters_is_no_note(said, kept):
     ("chose", "them because they take weekend classes", False),
     ("has been dreaming of", "this for a while", False),
     ("is painting", "this week's commission", True),    # "this" before a noun names it
+    ("also uses", "it to speak up for the Pride club", False),   # the name is not what "it" is
 ])
 def test_a_note_whose_object_is_only_it_names_nothing(predicate, obj, kept):
     from memdb.extraction import gate

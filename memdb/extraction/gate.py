@@ -392,11 +392,11 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
         return "a feeling or a pep talk"  # "will do her best", "is so grateful": nothing to recall
     pointed = re.match(r"(?:[a-z']+\s+){0,3}?(?:it|them)\b", said.strip(), re.I)  # "gave it to her", "wants to pass it on"
     owner = re.match(r"[A-Z]\w*['’]s\s", subject)  # "Ana's sister drove them": them is Ana, said as "they"
-    if pointed and not _LATIN_NAME.search(said) and not (owner and pointed.group(0).lower().endswith("them")):
+    if pointed and not _names_it(said.strip(), pointed.end()) and not (owner and pointed.group(0).lower().endswith("them")):
         return "names nothing it speaks of"  # "presented | it to leadership": what "it" was, the turn says
     head = re.split(r",|;|\b(?:and|because|but|so|when|after|before)\b", said)[0]
     pointer = _POINTER.search(head)
-    if pointer and not _LATIN_NAME.search(said) and not (pointer.group(0).lower() == "them" and they()):
+    if pointer and not _names_it(head, pointer.end()) and not (pointer.group(0).lower() == "them" and they()):
         return "names nothing it speaks of"  # "is pretty proud | of it", "is going to try | it out"
     if _SAID_TWICE.search(said):
         return "says a word twice"  # "loves | that purple color purple color": a small model's stutter
@@ -407,6 +407,14 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
 
 
 _LATIN_NAME = re.compile(r"(?<!^)\b[A-Z][a-zA-Z]+|\d")
+
+
+def _names_it(said: str, at: int) -> bool:
+    # A name before "it"/"them", or within three words after it, says what it is ("sold them at
+    # the Harbour Market"); one further on ("uses it to speak up for the Pride club") does not.
+    near = re.match(r"(?:\W*[\w'-]+){0,3}", said[at:]).group(0)
+    return _LATIN_NAME.search(said[:at]) is not None or _LATIN_NAME.search(near) is not None \
+        or re.search(r"\d", said) is not None  # a number or a date anywhere: "it's on the 21st" dates the note before
 # "it", "them" or "this" standing for a thing of the chat (a pronoun, not "this week"): what it
 # is, only the turns around it say.
 _POINTER = re.compile(r"\b(?:it|them|this)\b(?=\s*$|\s*[.!:]|\s+(?:to|for|with|of|in|on|at|out|up|off|down|back|along|over|"
