@@ -892,3 +892,11 @@ def test_a_time_cut_out_that_leaves_two_sentences_glued_gives_no_note():
     source = turn(1, "Oh nice, I booked the van for May 3rd, two days before we get the keys.", speaker="Beatrix")
     candidates, outcomes = extract.extract([source], fake_llm(reply()))
     assert [] == [codec.canonical_text(c.record) for c in candidates]
+
+
+def test_with_more_statements_than_room_the_ones_that_name_something_are_kept():
+    said = ("I'm looking for a bigger workshop. I've seen a few places already. I even found one with a loading "
+            "bay! Oh, and I went to Ghent last weekend. The trip was lovely.")
+    candidates, _ = extract.extract([turn(1, said, speaker="Tobias")], fake_llm(reply()))
+    texts = [codec.canonical_text(c.record) for c in candidates]
+    assert 3 == len(texts) and "Tobias went to Ghent" in texts

@@ -140,13 +140,22 @@ def _fill_gaps(turn: Turn, found: list[Candidate], names: set[str], listener: st
     covered = {t for c in found for t in text.terms(codec.canonical_text(c.record))}
     filled = []
     room = min(MAX_FILLED_PER_TURN, MAX_NOTES_PER_TURN - len(found))
-    for record in clauses.notes(turn.content, speaker, names | {speaker}, covered, turn.ts)[:max(0, room)]:
+    for record in clauses.notes(turn.content, speaker, names | {speaker}, covered, turn.ts):
         candidate, why = _candidate(record, turn, names, listener, settings, pronouns, extractive=True)
         if candidate is None:
             _count(outcome, f"gap note: {why}")
             continue
         filled.append(candidate)
-    return filled
+    # With more statements than room, those that name something (a place, a person, a number, a
+    # date) go first: "I've been to Paris yesterday" before "I even found a place with nice light".
+    ranked = sorted(range(len(filled)), key=lambda i: (not _names_something(filled[i].record, speaker), i))
+    return [filled[i] for i in sorted(ranked[:max(0, room)])]
+
+
+def _names_something(record: dict, speaker: str) -> bool:
+    said = " ".join(record.get(f, "") for f in ("predicate", "object"))
+    return bool(record.get("date") or re.search(r"\d", said)
+                or any(w != speaker for w in re.findall(r"(?<!^)\b[A-Z][a-z]+", said)))
 
 
 _POINTS_BACK = re.compile(r"^(?:it|that)(?:'s| is| was|'ll be| will be)\b[\s,]*", re.I)
