@@ -51,6 +51,8 @@ def test_discourse_words_that_open_a_clause_go(clause, expected):
 @pytest.mark.parametrize("said, expected", [
     ("love sci-fi", "loves sci-fi"), ("have two cats", "has two cats"), ("don't eat pork", "doesn't eat pork"),
     ("went home", "went home"), ("also teach piano", "also teaches piano"), ("carry a kit", "carries a kit"),
+    ("definitely love jazz", "definitely loves jazz"), ("rely on her sister", "relies on her sister"),
+    ("fly kites", "flies kites"),
 ])
 def test_the_verb_agrees_with_one_person(said, expected):
     assert expected == persons.agree(said)
@@ -218,6 +220,8 @@ def test_a_chinese_note_names_its_subject_once_and_in_front(record, expected):
     ("took a night-shift post at the bakery, a night-shift post with early mornings", False),
     ("keeps a family recipe book for family dinners", True),
     ("thanks Bea for the sketchbook", False),          # thanks are said, not kept
+    ("definitely don't underestimate the winter", False),   # advice to the listener
+    ("runs SELECT id FROM boats WHERE hull = $1 nightly", False),   # a query, not a note
     ("thanks to her coach won the regatta", True),
 ])
 def test_a_note_that_stutters_is_no_note(said, kept):

@@ -339,6 +339,10 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
     said = " ".join(record.get(f, "") for f in ("predicate", "object"))
     if re.search(r"[\[\]{}`]", said):
         return "not a note"  # markup or JSON the model wrote into a string
+    if re.search(r"\bSELECT\b.+\bFROM\b|\bINSERT INTO\b|\$\d\b|==|\bdef \w+\(|=>", said):
+        return "code, not a note"  # a query or code pasted into the chat: the turn keeps it
+    if re.match(r"(?:[a-z]+ly\s+)?(?:don['’]t|do not)\b", said.strip(), re.I) and " and " not in subject:
+        return "advice to the listener"  # "Ana | definitely don't underestimate | …": said to the other person
     if _SECRET_WORDS.search(f"{subject} {said}") or _KEY_SHAPED.search(said):
         return "a secret"
     if FIRST_PERSON_WORDS.search(subject) or SECOND_PERSON.search(subject):

@@ -86,7 +86,8 @@ _NOT_PRESENT = re.compile(r"(?:\w+[^e]ed|can|could|will|would|should|must|might|
                           r"slept|kept|fell|fought|flew|knew|threw|won|led|fed|hid|lay|bit|dug|lit|wept|learnt|burnt|dreamt|spelt|"
                           r"spilt|leant|knelt|dwelt|smelt)$", re.I)
 _ADVERB = re.compile(r"(?:just|also|really|still|always|never|often|usually|sometimes|totally|basically|"
-                     r"already|finally|recently|even|mostly|actually|only|now)$", re.I)
+                     r"already|finally|recently|even|mostly|actually|only|now|"
+                     r"(?!(?:rely|apply|reply|supply|comply|imply|multiply|ally|rally|tally|bully|belly)$)[a-z]{3,}ly)$", re.I)
 
 
 def agree(said: str) -> str:
