@@ -900,3 +900,9 @@ def test_with_more_statements_than_room_the_ones_that_name_something_are_kept():
     candidates, _ = extract.extract([turn(1, said, speaker="Tobias")], fake_llm(reply()))
     texts = [codec.canonical_text(c.record) for c in candidates]
     assert 3 == len(texts) and "Tobias went to Ghent" in texts
+
+
+def test_a_note_whose_time_was_all_its_verb_said_gives_no_note():
+    source = turn(1, "Our choir concert is on June 4 and I got roped into baking for 30 people.", speaker="Beatrix")
+    candidates, _ = extract.extract([source], fake_llm(reply()))
+    assert [] == [codec.canonical_text(c.record) for c in candidates]

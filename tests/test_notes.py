@@ -409,6 +409,8 @@ def test_a_chinese_line_that_names_its_subject_twice_keeps_the_first():
     ("周末去爬山了，腿都酸了吧", "周末去爬山了"),   # an aside ending on a particle
     ("你总是很耐心，我最近在学吉他", "我最近在学吉他"),  # praise of the assistant
     ("以后可以请你帮我挑挑琴弦", ""),
+    ("今天是星期五，准备去爬山", "准备去爬山"),       # a day's name is no fact
+    ("希望我们能成为朋友", ""),
     ("好吧", ""),
     ("我会考虑这些建议", ""),                   # the assistant's advice, taken
     ("你的语气让我很安心", ""),                 # about the assistant

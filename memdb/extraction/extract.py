@@ -281,8 +281,11 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
                 r"it|them|my|our|every|all|some)\b.*)?", predicate):
             record["predicate"] = persons.agree(predicate)  # "Ana | need to" → "needs to" ("gate code is" stays)
     record = normalize.attach_time(record, when, turn, sentence)
-    if not zh and gate.glued(" ".join(record.get(f, "") for f in ("predicate", "object"))):
+    said = " ".join(record.get(f, "") for f in ("predicate", "object"))
+    if not zh and gate.glued(said):
         return None, "two clauses glued"  # the time cut out left two sentences run together
+    if not zh and gate.cut_short(said):
+        return None, "cut off"  # "the offsite is and he got roped into …": the time was all it said
     record["lang"] = "zh" if zh else "en"
     record |= slots.read(record["subject"], " ".join(record.get(f, "") for f in ("predicate", "object")).strip())
     try:

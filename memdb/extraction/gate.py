@@ -211,6 +211,8 @@ def trim_zh(value: str, speaker: str) -> str:
             continue
         if asks or chat or _ZH_SMALL_TALK.search(probe) or _small_talk_zh(probe) or _zh_request_or_verdict(probe):
             continue
+        if re.fullmatch(r"(?:今天|明天|昨天|后天)是(?:星期|周|礼拜)[一二三四五六日天]", probe):
+            continue  # "今天是星期五": a day's name is no fact about anyone
         if kept and probe.endswith(tuple(lexicon.words("zh", "remark_ends"))):
             continue  # "…还喜欢潜水和攀岩，五花八门吧": an aside after the fact
         sep = re.sub(r"[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]", "", sep)
@@ -321,6 +323,13 @@ def _said_of_a_person(record: dict, turn: str) -> bool:
     return re.search(rf"{person}\s+(?:[\w'-]+\s+){{0,3}}?{word}\b", turn, re.I) is not None
 
 
+def cut_short(said: str) -> bool:
+    """Whether a note lost the words after a verb when its time was cut out ("the offsite is and
+    he got roped into…", "is ,")."""
+    return re.search(r"\b(?:is|are|was|were)(?:\s+(?:on|in|at|for|from|until|by))?\s*(?:[,，]|\band\b|\bbut\b|$)",
+                     said.strip(), re.I) is not None
+
+
 def glued(said: str) -> bool:
     """Whether an English note runs two sentences together: a second subject and its verb right
     after a word that cannot lead into a clause ("booked the movers they get the keys"); "the
@@ -389,6 +398,7 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
     thing = persons.owner_and_thing(subject)[1]
     if not _concrete(f"{thing} {said}", names):  # "Ana's Oslo trip | is off": the thing is in the subject
         return "no concrete fact"
+
     if _OPINION.search(said) and not FIRST_PERSON_WORDS.search(sentence):
         return "an opinion"
     if lexicon.alternation("en", "pep_talk").search(said) and not _LATIN_NAME.search(_names_out(said, names)) \
