@@ -902,7 +902,14 @@ def test_with_more_statements_than_room_the_ones_that_name_something_are_kept():
     assert 3 == len(texts) and "Tobias went to Ghent" in texts
 
 
-def test_a_note_whose_time_was_all_its_verb_said_gives_no_note():
+def test_and_i_starts_a_statement_of_the_speakers_own():
     source = turn(1, "Our choir concert is on June 4 and I got roped into baking for 30 people.", speaker="Beatrix")
     candidates, _ = extract.extract([source], fake_llm(reply()))
-    assert [] == [codec.canonical_text(c.record) for c in candidates]
+    assert ["Beatrix's choir concert is on June 4", "Beatrix got roped into baking for 30 people"] == [
+        codec.canonical_text(c.record) for c in candidates]
+
+
+def test_a_verb_whose_time_was_cut_out_leaves_the_note_short():
+    from memdb.extraction import gate
+    assert gate.cut_short("is and got roped into baking")
+    assert not gate.cut_short("is on June 4")

@@ -116,12 +116,28 @@ def _clauses(content: str, zh: bool) -> list[str]:
         return [c for c in out if c]
     out = []
     for sentence in text.sentences(content):
-        for part in _aside_kept(_CLAUSE.split(sentence)):
+        for part in _aside_kept(_and_i_split(_CLAUSE.split(sentence))):
             part = re.sub(r"^[\U0001F300-\U0001FAFF\u2600-\u27BF\uFE0F\s]+", "", part)  # "🎉 I signed …"
             part = persons.discourse_free(part.strip(" ,.!")).strip(" ,.!")  # "Yeah, so I …" → "I …"
             part = _VOCATIVE.sub("", part)
             out += _cut(part, MAX_CLAUSE_CHARS["en"], ", ")
     return [c for c in out if c]
+
+
+def _and_i_split(parts: list[str]) -> list[str]:
+    # "the offsite is Thursday and I got roped into ordering lunch": two statements, the second
+    # the speaker's own; "my partner and I are moving" stays one (its first part has no verb).
+    out: list[str] = []
+    for part in parts:
+        pieces = re.split(r"\s+and\s+(?=I\s|I['’])", part)
+        merged = [pieces[0]]
+        for piece in pieces[1:]:
+            if re.search(rf"\s(?:{_verbs()})\b", f" {merged[-1]}", re.I):
+                merged.append(piece)
+            else:
+                merged[-1] = f"{merged[-1]} and {piece}"
+        out += merged
+    return out
 
 
 def _zh_opener_free(sentence: str) -> str:
