@@ -144,7 +144,11 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
     from a time phrase in the turn's sentence the atom came from."""
     if when and when.lower() not in turn.content.lower():
         when = None  # time words the turn never said: the atom stays, undated
-    future = tense(sentence)
+    words = " ".join(record.get(f, "") for f in ("predicate", "object"))
+    # The note's own tense first: "the concert is on June 4" is this year's June 4 even when the
+    # sentence goes on "and I got roped into baking"; a note that says nothing takes the sentence's.
+    own = tense(words)
+    future = own if own is not None else None if re.search(r"\b(?:is|are|am)\b", words, re.I) else tense(sentence)
     # A time phrase inside the object or predicate belongs in `when` when the turn said it, and
     # nowhere when it did not (a small model copies the example's "前天" into other atoms).
     said: list[str] = []
