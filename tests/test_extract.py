@@ -863,11 +863,18 @@ def test_what_acts_on_the_speaker_and_what_it_stands_for_are_notes(said, expecte
     ("对了还有个事，家里那只黑猫煤球，四岁了，最近老掉毛，咋办？", ["林晓的黑猫煤球四岁了，最近老掉毛"]),
     ("忘了跟你说，周末的露营最后没去成，下雨了。", ["林晓周末的露营最后没去成，下雨了"]),
     ("好嘞～另外我是夜猫子，一般两点才睡。", ["林晓是夜猫子，一般两点才睡"]),
+    ("羊肉我是不吃的。", ["林晓不吃羊肉"]),                      # the thing said first, written as a note says it
+    ("提醒一下，花生我不能碰，会过敏。", ["林晓不能碰花生，会过敏"]),
 ])
 def test_chinese_chat_openers_topics_and_people_called_by_surname(said, expected):
     source = turn(1, said, speaker="林晓", ts="2026-03-14T09:00:00")
     candidates, _ = extract.extract([source], fake_llm(reply()))
     assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+def test_a_chinese_value_is_the_thing_not_its_determiner():
+    from memdb.extraction import slots
+    assert "Redis" == slots.read("林晓", "的团队不用任何 Redis 缓存").get("value")
 
 
 def test_a_word_that_holds_an_attribute_phrase_names_no_attribute():

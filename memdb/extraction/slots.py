@@ -140,13 +140,17 @@ def _value(m: re.Match, body: str, zh: bool) -> str:
         if name.startswith("given_"):
             return next(v for v, k in _GIVEN.items() if k == name[6:])
     if m.groupdict().get("v"):
-        return m.group("v").strip(" ,，")
+        value = m.group("v").strip(" ,，")
+        # "任何 ORM 框架" names ORM: a Chinese determiner is no value (zh.toml: value_leads)
+        return re.sub(rf"^(?:{lexicon.alternation('zh', 'value_leads').pattern})\s*", "", value) if zh else value
     return _tail(body[m.end():], zh) or m.group(0).strip()  # "is single", "吃素": the phrase is the value
 
 
 def _tail(rest: str, zh: bool) -> str:
     if zh:
-        rest = re.split(r"[，,。！？；;、\s]", re.sub(r"^的?是", "", rest.strip(" ，,")))[0]
+        rest = re.sub(r"^的?是", "", rest.strip(" ，,"))
+        rest = re.sub(rf"^(?:{lexicon.alternation('zh', 'value_leads').pattern})\s*", "", rest)
+        rest = re.split(r"[，,。！？；;、\s]", rest)[0]
         return re.sub(r"[了的啦呢吧啊呀]+$", "", rest[:MAX_VALUE_CHARS_ZH])
     rest = re.split(r"[,.;:!?()]", rest.strip(" ,"))[0]
     ends = lexicon.alternation("en", "value_ends")
