@@ -920,3 +920,9 @@ def test_a_verb_whose_time_was_cut_out_leaves_the_note_short():
     from memdb.extraction import gate
     assert gate.cut_short("is and got roped into baking")
     assert not gate.cut_short("is on June 4")
+
+
+def test_a_reminder_opens_nothing_and_allergic_needs_its_cause():
+    source = turn(1, "Just a reminder: shellfish gives me hives, I'm allergic.", speaker="Beatrix")
+    candidates, _ = extract.extract([source], fake_llm(reply()))
+    assert ["Shellfish gives Beatrix hives"] == [codec.canonical_text(c.record) for c in candidates]

@@ -30,7 +30,7 @@ _ZH_EVALUATIVE = lexicon.words("zh", "evaluative")
 _PRONOUN_SUBJECTS = frozenset("""he she it they him her them his hers its their this that these those someone
     somebody we us our you your 他 她 它 他们 她们 它们 这 那 这个 那个 我们 你 你们""".split())
 _DANGLING_END = frozenset("""to the a an of with and or for my your our their its at in on from by as
-    that this but so because about into is are was were be been like just""".split())
+    that this but so because about into is are was were be been like just allergic""".split())  # "is allergic" to what
 _GLUED = re.compile(r"\b[A-Za-z]*(?:[A-Za-z]{20,}|[a-z][A-Z][a-z]+[A-Z])[A-Za-z]*\b")
 _REACTION = re.compile(
     r"\b(?:proud of|happy for|glad (?:that )?you|thrilled for|excited for|rooting for|good for|impressed by) you\b"
