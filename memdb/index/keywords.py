@@ -407,6 +407,24 @@ class KeywordCopies(Held):
                 return kept[:k]
             want *= 4
 
+    def counts(self, conn: apsw.Connection, user: str, terms: list[str], cap: int) -> list[int] | None:
+        """How many of the user's atoms hold each term, up to cap + 1: what fts.TermCounts counts
+        with FTS5 (every row of the file's FTS table) when the user is the file's only one; None
+        when FTS5 must count (another user, no exact copy, a term of several tokens)."""
+        if not self.keyword_copy_bytes or not fts.sole_user(conn, "atoms", user):
+            return None
+        self._load_tokenizer(conn)
+        tokens = [self._tokenizer(text.quote(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None,
+                                  include_offsets=False, include_colocated=False) for term in terms]
+        if any(len(t) != 1 for t in tokens):
+            return None
+        key = ("atoms", user)
+        copy = self._current(conn, *key) if conn.getautocommit() else self._in_transaction(conn, key)
+        if copy is None:
+            return None
+        ids = [self.vocabulary.get(t[0]) for t in tokens]
+        return [0 if i is None else min(len(copy.postings(i)[0]), cap + 1) for i in ids]
+
     def wrote(self, conn: apsw.Connection, layer: str, user: str, ids: list[int]) -> None:
         """Rows of user that absorb inserted or rewrote (a merge) inside the write transaction:
         into the copy the transaction ranks against, if it has one (dedup began one)."""

@@ -106,7 +106,11 @@ def _next_id() -> str:
 
 
 def add_member(conn: apsw.Connection, scenario_id: int, atom_id: int, ts: str) -> None:
-    conn.execute('insert or replace into "scenario_atoms" ("scenario_id", "atom_id", "joined_at") values (?, ?, ?)',
+    """Put an atom that is in no scenario into one (move_members moves one that is)."""
+    # A plain insert: "insert or replace" took ~1 ms on one call in six inside a long write
+    # (foreign keys on; median 50 us against 17; bench/write_path.py), and placement only adds
+    # an atom it found in no scenario.
+    conn.execute('insert into "scenario_atoms" ("scenario_id", "atom_id", "joined_at") values (?, ?, ?)',
                  (scenario_id, atom_id, ts))
 
 
@@ -246,10 +250,17 @@ def _days(ts: str) -> float:
 
 
 def write_card(conn: apsw.Connection, user: str, lines: list[tuple[int, str, float]]) -> None:
-    """Replace user's persona card with lines (atom id, line, score), best first."""
-    conn.execute('delete from "persona" where "user" = ?', (user,))
-    conn.executemany('insert into "persona" ("user", "rank", "atom_id", "line", "score") values (?, ?, ?, ?, ?)',
-                     [(user, rank, atom_id, line, score) for rank, (atom_id, line, score) in enumerate(lines, 1)])
+    """Replace user's persona card with lines (atom id, line, score), best first. Only the ranks
+    that changed are written: an update after one absorbed atom moves a few lines of 80."""
+    held = {rank: (atom_id, line, score) for rank, atom_id, line, score in conn.execute(
+        'select "rank", "atom_id", "line", "score" from "persona" where "user" = ?', (user,))}
+    conn.execute('delete from "persona" where "user" = ? and "rank" > ?', (user, len(lines)))
+    changed = [(atom_id, line, score, user, rank) for rank, (atom_id, line, score) in enumerate(lines, 1)
+               if held.get(rank) != (atom_id, line, score)]
+    conn.executemany('update "persona" set "atom_id" = ?, "line" = ?, "score" = ? where "user" = ? and "rank" = ?',
+                     [row for row in changed if row[4] in held])
+    conn.executemany('insert into "persona" ("atom_id", "line", "score", "user", "rank") values (?, ?, ?, ?, ?)',
+                     [row for row in changed if row[4] not in held])
 
 
 def card(conn: apsw.Connection, user: str) -> list[tuple[int, str]]:

@@ -128,7 +128,9 @@ def candidates(
     if vector is not None:
         ids.update(vectors.nearest(conn, "atoms", user, vector, settings.dedup_candidates, copies=copies,
                                    rescore=settings.dedup_rescore))
-    terms, sole = fts.match_terms(conn, "atoms", user, line, term_counts=term_counts, postings=settings.keyword_postings)
+    counter = None if keywords is None else lambda todo, cap: keywords.counts(conn, user, todo, cap)
+    terms, sole = fts.match_terms(conn, "atoms", user, line, term_counts=term_counts, postings=settings.keyword_postings,
+                                  counter=counter)
     found = keywords.dedup(conn, user, terms, settings.dedup_candidates) if keywords is not None and sole else None
     if found is None:
         match = fts.expression_for("atoms", user, terms, sole=sole)
