@@ -388,3 +388,15 @@ def test_a_full_vector_cache_starts_afresh(copied, monkeypatch):
     assert {i: v.tobytes() for i, v in store.atom_vectors(copied.conn, ids).items()} == \
         {i: v.tobytes() for i, v in found.items()}
     assert 0 < len(cache) <= 4
+
+
+def test_sync_codes_a_copy_large_enough_to_be_shortlisted(copied, monkeypatch):
+    fill(copied, 30)
+    from memdb.index import copies as copies_module
+    copied.copies.sync(copied.conn, "atoms", "u")
+    held = copied.copies.copies[("atoms", "u")]
+    assert held.codes is None  # 30 rows: ranked by every vector, never coded
+    monkeypatch.setattr(copies_module, "MIN_SHORTLIST", 2)
+    copied.add([{"content": "one more turn", "ts": TS}], user="u")
+    copied.copies.sync(copied.conn, "atoms", "u")
+    assert held.n == held.coded > 16  # before the write that will shortlist against them
