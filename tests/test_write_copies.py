@@ -400,3 +400,21 @@ def test_sync_codes_a_copy_large_enough_to_be_shortlisted(copied, monkeypatch):
     copied.add([{"content": "one more turn", "ts": TS}], user="u")
     copied.copies.sync(copied.conn, "atoms", "u")
     assert held.n == held.coded > 16  # before the write that will shortlist against them
+
+
+def test_a_merge_rewrites_the_source_words_only_when_a_turn_is_new_to_the_atom(copied, monkeypatch):
+    from memdb.db import rows as db_rows
+    record = {"kind": "fact", "subject": "Ines", "predicate": "bakes", "object": "sourdough"}
+    first, second = copied.add([{"content": "Ines bakes sourdough on sundays", "ts": TS},
+                                {"content": "she still bakes it, rye now and then", "ts": TS}], user="u")
+    _, atom_id = put(copied, record, first)
+    rewritten = []
+    reindex = db_rows.reindex_sources
+    monkeypatch.setattr(db_rows, "reindex_sources", lambda conn, i: rewritten.append(i) or reindex(conn, i))
+    assert ("merged", atom_id) == put(copied, record, first)  # the same turn again: words unchanged
+    assert [] == rewritten
+    assert ("merged", atom_id) == put(copied, record, second)
+    assert [atom_id] == rewritten
+    source = copied.conn.execute('select "source" from "atoms_fts" where "rowid" = ?', (atom_id,)).fetchone()[0]
+    assert "rye" in source and "sundays" in source
+    assert 3 == copied.conn.execute('select "seen" from "atoms" where "id" = ?', (atom_id,)).fetchone()[0]
