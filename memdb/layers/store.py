@@ -163,7 +163,7 @@ def members(conn: apsw.Connection, scenario_id: int, vectors: dict[int, np.ndarr
         'where m."scenario_id" = ? order by a."id"', (scenario_id,)).fetchall()
     out = [Member(id=r[0], text=r[1], held=r[2] != codec.STATUSES["superseded"], seen=r[3], first_seen=r[4],
                   last_seen=r[5], when=(r[7] if r[6] == codec.KINDS["event"] and r[7] else r[5]),
-                  subject=codec.unpack(r[8]).get("subject", "")) for r in found]
+                  subject=_subject(r[8])) for r in found]
     found_vectors = atom_vectors(conn, [m.id for m in out], vectors)
     for m in out:
         m.vector = found_vectors.get(m.id)
@@ -171,6 +171,13 @@ def members(conn: apsw.Connection, scenario_id: int, vectors: dict[int, np.ndarr
 
 
 MAX_CACHED_VECTORS = 4096  # atom vectors a cache (atom_vectors) keeps before it starts afresh: 6 MB at 384 dims
+
+
+# Cached: a scenario's members are read again at each join, and decoding their records was a
+# third of a refresh's time (an atom's record never changes; a merge changes its counts only).
+@functools.lru_cache(maxsize=16384)
+def _subject(record: bytes) -> str:
+    return codec.unpack(record).get("subject", "")
 
 
 def atom_vectors(conn: apsw.Connection, atom_ids: Sequence[int],
@@ -253,7 +260,8 @@ def _central(held: list[Member], centroid: np.ndarray | None) -> Member | None:
 def heat(found: list[Member], at: str, half_life_days: float) -> float:
     """Mentions fading with a half-life: each member counts its `seen` statements as said when it
     was last said (the file keeps no earlier times), decayed back from `at`."""
-    return sum(m.seen * math.pow(0.5, max(0.0, _days(at) - _days(m.last_seen)) / half_life_days) for m in found)
+    now_days = _days(at)
+    return sum(m.seen * math.pow(0.5, max(0.0, now_days - _days(m.last_seen)) / half_life_days) for m in found)
 
 
 def heat_now(scenario: Scenario, at: str, half_life_days: float) -> float:
@@ -261,6 +269,7 @@ def heat_now(scenario: Scenario, at: str, half_life_days: float) -> float:
     return scenario.heat * math.pow(0.5, max(0.0, _days(at) - _days(scenario.heat_at)) / half_life_days)
 
 
+@functools.lru_cache(maxsize=16384)  # a scenario's members' times, read again at each refresh
 def _days(ts: str) -> float:
     return dt.datetime.fromisoformat(ts[:19]).timestamp() / 86400
 
