@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 import memdb
@@ -217,3 +218,44 @@ def test_search_starts_the_build_it_asked_for_once_it_is_done(db_path, embedder)
         mem.keywords.wait()
         assert expected == [h.id for h in mem.search("coffee hiking", user="alice", layer="turns")]
         assert ("turns", "alice") in mem.keywords.copies
+
+
+def test_merged_postings_keep_each_terms_rows_in_the_order_they_came():
+    rng = np.random.default_rng(5)
+    merged, seen = kw.Sorted(), []
+    for size in (40, 7, 0, 90, 3):  # a copy's tail folded in batch after batch
+        tail = kw.Postings(rng.integers(0, 30, size).astype(np.int32), rng.integers(0, 1000, size).astype(np.int32),
+                           rng.integers(0, 5, size).astype(np.uint16))
+        seen.append(tail)
+        merged = merged.merged(tail)
+    terms = np.concatenate([t.terms for t in seen])
+    order = np.argsort(terms, kind="stable")  # the plain way: every posting sorted by term
+    assert terms[order].tolist() == merged.flat_terms().tolist()
+    assert np.concatenate([t.rows for t in seen])[order].tolist() == merged.rows.tolist()
+    assert np.concatenate([t.kinds for t in seen])[order].tolist() == merged.kinds.tolist()
+    for term in range(32):
+        expected = np.concatenate([t.rows[t.terms == term] for t in seen]).tolist()
+        assert expected == merged.block(term)[0].tolist()
+
+
+def test_a_copy_stores_a_posting_in_a_few_bytes_and_its_counts_once_per_kind(copied):
+    say(copied, 200)
+    assert by_copy(copied, "turns", "alice", "coffee")
+    copy = copied.keywords.copies[("turns", "alice")]
+    postings = len(copy.sorted) + len(copy.tail)
+    assert len(copy.weighted) == len(copy.plain) == len(set(zip(copy.weighted.tolist(), copy.plain.tolist())))
+    assert len(copy.weighted) < postings / 20  # a few count pairs stand for them all
+    assert np.uint16 == copy.sorted.kinds.dtype
+    assert copy.sorted.nbytes - copy.sorted.terms.nbytes - copy.sorted.starts.nbytes == 6 * len(copy.sorted)
+
+
+def test_a_copy_with_more_kinds_than_uint16_tells_apart_ranks_like_fts5(copied, monkeypatch):
+    monkeypatch.setattr(kw, "KINDS_UINT16", 2)  # as if the copy held 65,537 count pairs
+    say(copied, 120)
+    for layer in ("atoms", "turns"):
+        for query in QUERIES:
+            assert_same_ranking(by_fts(copied, layer, "alice", query), by_copy(copied, layer, "alice", query))
+    say(copied, 40, seed=3)  # new rows join the tail, then the sorted postings, as uint32 kinds
+    for query in QUERIES:
+        assert_same_ranking(by_fts(copied, "atoms", "alice", query), by_copy(copied, "atoms", "alice", query))
+    assert np.uint32 == copied.keywords.copies[("atoms", "alice")].sorted.kinds.dtype

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 import memdb
-from memdb import codec, flow
+from memdb import codec, flow, text
 from memdb.db import connection
 from memdb.index import fts, vectors
 from memdb.index.copies import VectorCopies, VectorCopy
 from memdb.index.engine import Engine
+from memdb.layers import store
 from memdb.extraction.records import Candidate
 from memdb.lifecycle import absorb
 from memdb.vecmath import unit
@@ -304,3 +305,116 @@ def test_the_shortlists_cut_keeps_the_smallest_distances_lowest_rows_first():
     cut = _smallest(many, 1000)
     assert 1000 == len(set(cut.tolist()))
     assert many[cut].max() <= np.sort(many)[999]  # no row further than the 1,000th nearest
+
+
+def fts5_count(mem, term: str, cap: int) -> int:
+    return mem.conn.execute('select count(*) from (select 1 from "atoms_fts" where "atoms_fts" match ? limit ?)',
+                            (text.quote(term), cap + 1)).fetchone()[0]
+
+
+def test_the_keyword_copy_counts_terms_as_fts5_does_inside_a_write_too(copied):
+    fill(copied, 60)
+    copied.keywords.sync(copied.conn, "atoms", "u")
+    terms = ["oolong", "kayaking", "tea", "lisbon", "chess", "喜欢", "mira", "nowhere", "红茶"]
+    for cap in (2, 1000):
+        assert [fts5_count(copied, t, cap) for t in terms] == copied.keywords.counts(copied.conn, "u", terms, cap)
+    later = records(15, seed=11)
+    turns = copied.add([{"content": codec.canonical_text(r), "ts": TS} for r in later], user="u")
+    copied.keywords.sync(copied.conn, "atoms", "u")  # as flow.write does before its transaction
+    engine = Engine(copied.settings, copies=copied.copies, term_counts=copied.term_counts, keywords=copied.keywords)
+    with connection.write(copied.conn):  # the rows absorb writes and merges count at once
+        for record, turn in zip(later, turns):
+            vector = copied.embedding.embed([codec.canonical_text(record)])[0]
+            absorb.absorb(copied.conn, absorb.Incoming(user="u", record=record, confidence=0.8, turn_ids=[turn], ts=TS,
+                                                       vector=vector), engine)
+            assert [fts5_count(copied, t, 1000) for t in terms] == copied.keywords.counts(copied.conn, "u", terms, 1000)
+    assert None is copied.keywords.counts(copied.conn, "u", ["oolong tea"], 10)  # a phrase: FTS5 counts it
+
+
+def test_term_counts_take_new_terms_from_the_counter_and_keep_them(copied):
+    fill(copied, 20)
+    asked = []
+
+    def counter(todo: list[str], cap: int) -> list[int]:
+        asked.append(list(todo))
+        return [fts5_count(copied, t, cap) for t in todo]
+
+    counts = fts.TermCounts()
+    assert [fts5_count(copied, t, 50) for t in ["tea", "chess"]] == \
+        counts.count(copied.conn, "atoms", ["tea", "chess"], 50, counter=counter)
+    assert [fts5_count(copied, t, 50) for t in ["chess", "jazz"]] == \
+        counts.count(copied.conn, "atoms", ["chess", "jazz"], 50, counter=counter)
+    assert [["tea", "chess"], ["jazz"]] == asked  # each counted once
+    assert [fts5_count(copied, "sourdough", 50)] == counts.count(copied.conn, "atoms", ["sourdough"], 50,
+                                                                 counter=lambda todo, cap: None)  # FTS5 then
+
+
+def test_placement_reads_member_vectors_once_and_a_rollback_drops_them(copied, monkeypatch):
+    index = copied.scenario_index
+    later = topical(30, seed=6)
+    turns = copied.add([{"content": codec.canonical_text(r), "ts": TS} for r in later], user="u")
+    looked = []
+    lookup = store.atom_vectors
+
+    def counted(conn, atom_ids, cache=None):
+        looked.extend(i for i in atom_ids if cache is None or i not in cache)
+        return lookup(conn, atom_ids, cache)
+
+    monkeypatch.setattr(store, "atom_vectors", counted)
+    with connection.write(copied.conn):
+        index.begin(copied.conn, "u")
+        for record, turn in zip(later[:20], turns[:20]):
+            vector = copied.embedding.embed([codec.canonical_text(record)])[0]
+            flow.absorb(copied, _candidate(record, turn), user="u", ts=TS, vector=vector)
+    cached = index.copies["u"].vectors
+    assert cached and len(looked) == len(set(looked))  # no vector read twice
+    assert {i: v.tobytes() for i, v in lookup(copied.conn, list(cached)).items()} == \
+        {i: v.tobytes() for i, v in cached.items()}
+    with pytest.raises(RuntimeError), connection.write(copied.conn):
+        index.begin(copied.conn, "u")
+        for record, turn in zip(later[20:], turns[20:]):
+            vector = copied.embedding.embed([codec.canonical_text(record)])[0]
+            flow.absorb(copied, _candidate(record, turn), user="u", ts=TS, vector=vector)
+        raise RuntimeError("the batch fails")
+    assert "u" not in index.copies  # with the vectors of the atoms that were rolled back
+
+
+def test_a_full_vector_cache_starts_afresh(copied, monkeypatch):
+    fill(copied, 10)
+    ids = [r[0] for r in copied.conn.execute('select "id" from "atoms" order by "id"')]
+    monkeypatch.setattr(store, "MAX_CACHED_VECTORS", 4)
+    cache: dict = {}
+    found = store.atom_vectors(copied.conn, ids, cache)
+    assert {i: v.tobytes() for i, v in store.atom_vectors(copied.conn, ids).items()} == \
+        {i: v.tobytes() for i, v in found.items()}
+    assert 0 < len(cache) <= 4
+
+
+def test_sync_codes_a_copy_large_enough_to_be_shortlisted(copied, monkeypatch):
+    fill(copied, 30)
+    from memdb.index import copies as copies_module
+    copied.copies.sync(copied.conn, "atoms", "u")
+    held = copied.copies.copies[("atoms", "u")]
+    assert held.codes is None  # 30 rows: ranked by every vector, never coded
+    monkeypatch.setattr(copies_module, "MIN_SHORTLIST", 2)
+    copied.add([{"content": "one more turn", "ts": TS}], user="u")
+    copied.copies.sync(copied.conn, "atoms", "u")
+    assert held.n == held.coded > 16  # before the write that will shortlist against them
+
+
+def test_a_merge_rewrites_the_source_words_only_when_a_turn_is_new_to_the_atom(copied, monkeypatch):
+    from memdb.db import rows as db_rows
+    record = {"kind": "fact", "subject": "Ines", "predicate": "bakes", "object": "sourdough"}
+    first, second = copied.add([{"content": "Ines bakes sourdough on sundays", "ts": TS},
+                                {"content": "she still bakes it, rye now and then", "ts": TS}], user="u")
+    _, atom_id = put(copied, record, first)
+    rewritten = []
+    reindex = db_rows.reindex_sources
+    monkeypatch.setattr(db_rows, "reindex_sources", lambda conn, i: rewritten.append(i) or reindex(conn, i))
+    assert ("merged", atom_id) == put(copied, record, first)  # the same turn again: words unchanged
+    assert [] == rewritten
+    assert ("merged", atom_id) == put(copied, record, second)
+    assert [atom_id] == rewritten
+    source = copied.conn.execute('select "source" from "atoms_fts" where "rowid" = ?', (atom_id,)).fetchone()[0]
+    assert "rye" in source and "sundays" in source
+    assert 3 == copied.conn.execute('select "seen" from "atoms" where "id" = ?', (atom_id,)).fetchone()[0]

@@ -384,9 +384,13 @@ class VectorCopies(Held):
 
     def sync(self, conn: apsw.Connection, layer: str, user: str) -> None:
         """Bring the user's copy up to date (loading it if the user is large enough) before a
-        transaction that will rank against it, since inside one it cannot change."""
+        transaction that will rank against it, since inside one it cannot change. A part large
+        enough to be shortlisted has its new rows' 1-bit codes made now too: coding a 100k-row
+        copy's codes inside the write cost its first atom ~65 ms."""
         if conn.getautocommit():
-            self._parts(conn, layer, user)
+            for part, _ in self._parts(conn, layer, user) or ():
+                if part.n >= SHORTLIST_SHARE * MIN_SHORTLIST:
+                    part._codes()
 
     def _parts(self, conn: apsw.Connection, layer: str, user: str) -> list[tuple[VectorCopy, np.ndarray | None]] | None:
         """The copies to rank with their active flags: the user's copy brought up to date, or

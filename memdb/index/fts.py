@@ -7,6 +7,8 @@ row carries a user tag token in column "u", so one FTS5 table serves every user 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import apsw
 
 from .. import text
@@ -40,12 +42,14 @@ def match_expression(conn: apsw.Connection, layer: str, user: str, query: str, *
 
 def match_terms(conn: apsw.Connection, layer: str, user: str, query: str, *,
                 term_counts: TermCounts | None = None, postings: int = 0,
-                common: tuple[float, int] | None = None) -> tuple[list[str], bool]:
+                common: tuple[float, int] | None = None, counter: Counter | None = None) -> tuple[list[str], bool]:
     """The terms match_expression ORs together (each once per time it is given), and whether
-    user is the only one in layer's table: what an in-memory keyword copy scores instead."""
+    user is the only one in layer's table: what an in-memory keyword copy scores instead.
+    counter: counts the terms term_counts has not counted yet as FTS5 would (a keyword copy)."""
     sole = sole_user(conn, layer, user)
     terms = distinctive_terms(conn, layer, user, query, common=common, term_counts=term_counts if sole else None)
-    return affordable_terms(layer, terms, sole=sole, conn=conn, term_counts=term_counts, postings=postings), sole
+    return affordable_terms(layer, terms, sole=sole, conn=conn, term_counts=term_counts, postings=postings,
+                            counter=counter), sole
 
 
 def match_for_terms(layer: str, user: str, terms: list[str], *, sole: bool, conn: apsw.Connection,
@@ -57,10 +61,11 @@ def match_for_terms(layer: str, user: str, terms: list[str], *, sole: bool, conn
 
 
 def affordable_terms(layer: str, terms: list[str], *, sole: bool, conn: apsw.Connection,
-                     term_counts: TermCounts | None = None, postings: int = 0) -> list[str]:
+                     term_counts: TermCounts | None = None, postings: int = 0,
+                     counter: Counter | None = None) -> list[str]:
     """terms, without the commonest beyond the postings budget in a file of one user."""
     if sole and term_counts is not None and postings and terms:
-        return _affordable(terms, term_counts.count(conn, layer, terms, postings), postings)
+        return _affordable(terms, term_counts.count(conn, layer, terms, postings, counter=counter), postings)
     return terms
 
 
@@ -154,6 +159,11 @@ def sole_user(conn: apsw.Connection, layer: str, user: str) -> bool:
     return row[0] == user and row[1] == user
 
 
+# Counts rows holding each term, capped (terms, cap) -> counts, as TermCounts.count's query does;
+# None: it cannot (FTS5 counts them).
+Counter = Callable[[list[str], int], "list[int] | None"]
+
+
 class TermCounts:
     """How many rows hold each query term, per connection: bm25 first counts every posting of
     every query term, so the commonest terms cost the most and weigh the least; in a file of one
@@ -165,10 +175,14 @@ class TermCounts:
         self.frequencies: dict[tuple[str, str], tuple[int, int]] = {}  # (count, counted up to)
         self.frequencies_size: dict[str, int] = {}
 
-    def count(self, conn: apsw.Connection, layer: str, terms: list[str], cap: int) -> list[int]:
+    def count(self, conn: apsw.Connection, layer: str, terms: list[str], cap: int, *,
+              counter: Counter | None = None) -> list[int]:
         """How many rows of the layer's FTS table (all users) hold each term, counted up to
         cap + 1: past the budget a term is dropped whatever its count, and counting a common
-        term of a file with many users to the end would cost what pruning saves.
+        term of a file with many users to the end would cost what pruning saves. counter
+        counts the terms not held here instead of FTS5, with the same answer (a keyword copy
+        of the file's one user: a new word of an absorbed atom cost a query reading up to
+        cap postings, ~1 ms at 100k atoms).
 
         Counts are kept until the table has grown by `growth` (a tenth): they decide which terms are too
         common to be worth scoring, which a few new rows do not change."""
@@ -178,14 +192,16 @@ class TermCounts:
         if held is None or size > held * self.growth or size < held or len(self.frequencies) > MAX_COUNTED_TERMS:
             self.frequencies = {k: v for k, v in self.frequencies.items() if k[0] != layer}
             self.frequencies_size[layer] = size
-        out = []
+        out: list[int | None] = []
         for term in terms:
             count, counted_to = self.frequencies.get((layer, term), (None, cap))
-            if count is None or count > counted_to and cap > counted_to:  # new, or stopped short
-                count = conn.execute(
-                    f'select count(*) from (select 1 from "{fts}" where "{fts}" match ? limit ?)',
-                    (text.quote(term), cap + 1),
-                ).fetchone()[0]
-                self.frequencies[(layer, term)] = (count, cap)
-            out.append(count)
-        return out
+            out.append(None if count is None or count > counted_to and cap > counted_to else count)  # new, or stopped short
+        todo = [term for term, count in zip(terms, out) if count is None]
+        counted = counter(todo, cap) if counter is not None and todo else None
+        if counted is None:
+            counted = [conn.execute(f'select count(*) from (select 1 from "{fts}" where "{fts}" match ? limit ?)',
+                                    (text.quote(term), cap + 1)).fetchone()[0] for term in todo]
+        for term, count in zip(todo, counted):
+            self.frequencies[(layer, term)] = (count, cap)
+        fresh = iter(counted)
+        return [next(fresh) if count is None else count for count in out]

@@ -7,6 +7,10 @@ many users it reads every user's postings of the term and of the user's tag. A u
 least `keyword_copy_min` rows in a layer gets a copy of their postings in memory instead: per
 term, the rows holding it and its column-weighted count there, and per row its length. A query
 then costs a few array operations per term.
+A posting is 6 bytes once sorted (a row index and a kind: the pair of counts it stands for,
+kept once per copy; rows grouped per term), 10 in the unsorted tail: a 100k-atom user's copy
+is ~20 MB, not the ~70 MB of flat (term, row, float counts) rows, and a build's peak about
+twice that, as the tail is merged in as it grows rather than every posting sorted at once.
 
 Scores are FTS5's bm25 (k1 1.2, b 0.75, the same column weights, idf floored at 1e-6), so in a
 file of one user the ranking is the one FTS5 gives. The statistics (row count, average length,
@@ -62,36 +66,32 @@ TAIL_FRACTION = 0.125  # the unsorted tail is folded in when it holds this share
 MARKER = "zqxjcellzqxj"  # ends each cell when rows are tokenized together (a token of its own)
 DEAD_FRACTION = 0.25  # a copy is read afresh once this share of its rows were removed or rewritten
 MAX_VOCABULARY = 2_000_000  # shared term ids kept before every copy is dropped and rebuilt
+MAX_TOKENIZED = 100_000  # query terms whose tokens are remembered before they are all forgotten
+KINDS_UINT16 = 2**16  # kinds of postings (count pairs) a copy's uint16 kinds can tell apart
 
 
 @dataclass
 class Postings:
-    """(term id, row index, weighted count, plain count) rows; sorted by term id once folded.
-    The plain count weighs every column 1, as FTS5's default rank (bm25() without weights),
-    which deduplication orders its keyword candidates by."""
+    """Unsorted (term id, row index, kind) rows: a copy's tail, or rows just read. A kind
+    stands for a (weighted count, plain count) pair in the copy's table (KeywordCopy.kinds):
+    postings repeat a few hundred pairs, so a posting costs 10 bytes, not 20."""
 
     terms: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
     rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
-    counts: np.ndarray = field(default_factory=lambda: np.empty(0))  # float64, as FTS5 sums
-    plain: np.ndarray = field(default_factory=lambda: np.empty(0, np.float32))  # whole numbers
+    kinds: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint16))
 
-    FIELDS = ("terms", "rows", "counts", "plain")
+    FIELDS = ("terms", "rows", "kinds")
 
     def __len__(self) -> int:
         return len(self.terms)
 
     def extend(self, other: Postings) -> None:
-        if not len(self):  # a copy's first rows: taken as they are, not copied (the build's peak memory)
+        if not len(self):
             for name in self.FIELDS:
                 setattr(self, name, getattr(other, name))
             return
-        for name in self.FIELDS:
+        for name in self.FIELDS:  # a kind past uint16's range makes the tail's kinds uint32
             setattr(self, name, np.concatenate([getattr(self, name), getattr(other, name)]))
-
-    def sort(self) -> None:
-        order = np.argsort(self.terms, kind="stable")
-        for name in self.FIELDS:
-            setattr(self, name, getattr(self, name)[order])
 
     def truncate(self, n: int) -> None:
         """Keep the first n (a rolled-back transaction's rows leave the tail)."""
@@ -104,6 +104,57 @@ class Postings:
 
 
 @dataclass
+class Sorted:
+    """Postings grouped by term (compressed sparse rows): the rows and kinds of terms[i] are
+    rows[starts[i]:starts[i + 1]], in the order they were added. Only the terms a copy holds
+    have an entry, as the vocabulary is shared by every copy (a file of many users' words).
+    6 bytes a posting: the term ids a flat array would repeat per posting are kept per term."""
+
+    terms: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))  # ascending
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    kinds: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint16))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def nbytes(self) -> int:
+        return self.terms.nbytes + self.starts.nbytes + self.rows.nbytes + self.kinds.nbytes
+
+    def block(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows holding term and their kinds (views)."""
+        i = int(np.searchsorted(self.terms, term))
+        if i == len(self.terms) or self.terms[i] != term:
+            return self.rows[:0], self.kinds[:0]
+        lo, hi = self.starts[i], self.starts[i + 1]
+        return self.rows[lo:hi], self.kinds[lo:hi]
+
+    def merged(self, tail: Postings) -> Sorted:
+        """These postings with the tail's, each term's after its own (one pass over the arrays:
+        the peak is the old and the new arrays, not a sort of them all)."""
+        order = np.argsort(tail.terms, kind="stable")
+        terms = tail.terms[order]
+        # A tail posting's place: after every old posting of a term up to its own, and after the
+        # tail postings before it.
+        at = self.starts[np.searchsorted(self.terms, terms, side="right")] + np.arange(len(terms))
+        united = np.union1d(self.terms, terms).astype(np.int32)
+        starts = self.starts[np.searchsorted(self.terms, united)] + np.searchsorted(terms, united)
+        n = len(self.rows) + len(terms)
+        old = np.ones(n, bool)
+        old[at] = False
+        rows = np.empty(n, np.int32)
+        rows[at], rows[old] = tail.rows[order], self.rows
+        kinds = np.empty(n, np.result_type(self.kinds, tail.kinds))
+        kinds[at], kinds[old] = tail.kinds[order], self.kinds
+        return Sorted(united, np.append(starts, n).astype(np.int64), rows, kinds)
+
+    def flat_terms(self) -> np.ndarray:
+        """Each posting's term id (a renumbering of the terms needs them per posting)."""
+        return np.repeat(self.terms, np.diff(self.starts))
+
+
+@dataclass
 class KeywordCopy:
     """One user's postings of one layer: rows in the order read, each with its id, version,
     token count and a live flag (False once removed or rewritten). The rows' arrays keep room
@@ -113,18 +164,23 @@ class KeywordCopy:
     _versions: np.ndarray
     _lengths: np.ndarray  # float64: tokens in the row, every column
     _live: np.ndarray
-    sorted: Postings
+    sorted: Sorted
     tail: Postings
     n: int = 0  # rows used
     top: int = 0  # the highest id ever added
     stamp: tuple[int, int] = (0, 0)
     turns: tuple[int, int] = (0, 0)  # the user's turns when last read: how many, the highest id
     _norm: tuple[int, float] | None = None  # _statistics(), kept as rows come and go
+    # The postings' kinds: kind i is a row holding the term weighted[i] times with the column
+    # weights (float64, summed as FTS5 sums), plain[i] times with every column weighing 1.
+    weighted: np.ndarray = field(default_factory=lambda: np.empty(0))
+    plain: np.ndarray = field(default_factory=lambda: np.empty(0))
+    _kind_of: dict[tuple[float, float], int] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, **fields: Any) -> KeywordCopy:
         return cls(_ids=np.empty(0, np.int64), _versions=np.empty(0, np.int64), _lengths=np.empty(0),
-                   _live=np.empty(0, bool), sorted=Postings(), tail=Postings(), **fields)
+                   _live=np.empty(0, bool), sorted=Sorted(), tail=Postings(), **fields)
 
     @property
     def ids(self) -> np.ndarray:
@@ -145,7 +201,20 @@ class KeywordCopy:
     @property
     def nbytes(self) -> int:
         rows = self._ids.nbytes + self._versions.nbytes + self._lengths.nbytes + self._live.nbytes
-        return rows + self.sorted.nbytes + self.tail.nbytes
+        return rows + self.sorted.nbytes + self.tail.nbytes + self.weighted.nbytes + self.plain.nbytes
+
+    def kinds(self, weighted: np.ndarray, plain: np.ndarray) -> np.ndarray:
+        """The kind of each (weighted count, plain count) pair, new pairs added to the table;
+        uint16 while the table fits it (it holds a few hundred pairs), else uint32."""
+        pairs, inverse = np.unique(weighted + 1j * plain, return_inverse=True)  # complex: both exact
+        known = len(self._kind_of)
+        ids = np.array([self._kind_of.setdefault((p.real, p.imag), len(self._kind_of)) for p in pairs.tolist()],
+                       np.int64)
+        if len(self._kind_of) > known:
+            added = sorted(self._kind_of.items(), key=lambda item: item[1])[known:]
+            self.weighted = np.append(self.weighted, [w for (w, _), _ in added])
+            self.plain = np.append(self.plain, [c for (_, c), _ in added])
+        return ids[inverse.reshape(-1)].astype(np.uint16 if len(self._kind_of) <= KINDS_UINT16 else np.uint32)
 
     def add(self, ids: np.ndarray, versions: np.ndarray, lengths: np.ndarray, postings: Postings) -> None:
         """Append rows (postings' row indices counted from 0 for the first of them)."""
@@ -179,28 +248,22 @@ class KeywordCopy:
         self.n = n
         self._norm = None
 
-    def fold(self) -> None:
-        """Sort the tail into the postings once it is too long to scan per term."""
-        if len(self.tail) > TAIL_FRACTION * len(self.sorted):
-            if len(self.sorted):
-                self.sorted.extend(self.tail)
-                self.sorted.sort()
-            else:  # a new copy: sorting its tail alone holds one copy of the postings less
-                self.tail.sort()
-                self.sorted = self.tail
+    def fold(self, *, whole: bool = False) -> None:
+        """Merge the tail into the sorted postings once it is too long to scan per term (whole:
+        any tail, as a new copy's last rows: each query term scans the tail)."""
+        if len(self.tail) > (0 if whole else TAIL_FRACTION * len(self.sorted)):
+            self.sorted = self.sorted.merged(self.tail)
             self.tail = Postings()
 
     def postings(self, term: int, plain: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The live rows holding term and its weighted count in each (plain: every column 1)."""
-        weighed = "plain" if plain else "counts"
-        lo, hi = np.searchsorted(self.sorted.terms, np.array([term, term + 1], np.int32))  # same dtype: no copy
-        rows, counts = self.sorted.rows[lo:hi], getattr(self.sorted, weighed)[lo:hi]
+        rows, kinds = self.sorted.block(term)
         if len(self.tail):
             at = self.tail.terms == term
             rows = np.concatenate([rows, self.tail.rows[at]])
-            counts = np.concatenate([counts, getattr(self.tail, weighed)[at]])
+            kinds = np.concatenate([kinds, self.tail.kinds[at]])
         keep = self._live[rows]
-        return rows[keep], counts[keep]
+        return rows[keep], (self.plain if plain else self.weighted)[kinds[keep]]
 
     def _statistics(self) -> tuple[int, float]:
         """Live rows and the average row length (bm25's avgdl)."""
@@ -299,6 +362,7 @@ class KeywordCopies(Held):
         self.weights = {"atoms": np.array(atom_columns), "turns": np.array(turn_columns)}
         self.vocabulary: dict[str, int] = {}
         self._tokenizer: Any = None
+        self._tokenized: dict[str, list[str]] = {}  # query term -> its tokens (_query_tokens)
         self.background_rows = background_rows if opener is not None else 0
         self.opener = opener  # a new connection to the same file, for building in the background
         # Built in the background, not yet adopted: the copy (None: none could be made) and the
@@ -325,8 +389,7 @@ class KeywordCopies(Held):
         if not self.keyword_copy_bytes or not terms or not fts.sole_user(conn, "atoms", user):
             return None
         self._load_tokenizer(conn)
-        tokens = [self._tokenizer(text.quote(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None,
-                                  include_offsets=False, include_colocated=False) for term in terms]
+        tokens = self._query_tokens(terms)
         if any(len(t) > 1 for t in tokens):
             return None
         key = ("atoms", user)
@@ -346,6 +409,23 @@ class KeywordCopies(Held):
                 return kept[:k]
             want *= 4
 
+    def counts(self, conn: apsw.Connection, user: str, terms: list[str], cap: int) -> list[int] | None:
+        """How many of the user's atoms hold each term, up to cap + 1: what fts.TermCounts counts
+        with FTS5 (every row of the file's FTS table) when the user is the file's only one; None
+        when FTS5 must count (another user, no exact copy, a term of several tokens)."""
+        if not self.keyword_copy_bytes or not fts.sole_user(conn, "atoms", user):
+            return None
+        self._load_tokenizer(conn)
+        tokens = self._query_tokens(terms)
+        if any(len(t) != 1 for t in tokens):
+            return None
+        key = ("atoms", user)
+        copy = self._current(conn, *key) if conn.getautocommit() else self._in_transaction(conn, key)
+        if copy is None:
+            return None
+        ids = [self.vocabulary.get(t[0]) for t in tokens]
+        return [0 if i is None else min(len(copy.postings(i)[0]), cap + 1) for i in ids]
+
     def wrote(self, conn: apsw.Connection, layer: str, user: str, ids: list[int]) -> None:
         """Rows of user that absorb inserted or rewrote (a merge) inside the write transaction:
         into the copy the transaction ranks against, if it has one (dedup began one)."""
@@ -361,10 +441,13 @@ class KeywordCopies(Held):
         ids_now = np.fromiter((r[0] for r in found), np.int64, len(found))
         versions = np.fromiter((r[1] for r in found), np.int64, len(found))
         held = ids_now[ids_now <= copy.top]  # rewritten (a merge): their old postings die; new ids were never held
-        old = np.flatnonzero(copy.live & np.isin(copy.ids, held)) if len(held) else np.empty(0, np.int64)
+        # A merge rewrites one atom: its rows found by comparing ids (np.isin sorted all 100k
+        # ids of the copy: ~1 ms a merge).
+        old = np.flatnonzero(copy.live & (copy.ids[:, None] == held).any(axis=1)) if 0 < len(held) <= 4 else \
+            np.flatnonzero(copy.live & np.isin(copy.ids, held)) if len(held) else np.empty(0, np.int64)
         copy.kill(old)
         overlay.killed.extend(old.tolist())
-        copy.add(*self._read(conn, layer, ids_now, versions))  # not folded: a rollback truncates the tail
+        copy.add(*self._read(conn, layer, copy, ids_now, versions))  # not folded: a rollback truncates the tail
         overlay.probe = (int(ids_now[-1]), int(versions[-1]))
 
     def _in_transaction(self, conn: apsw.Connection, key: tuple[str, str]) -> KeywordCopy | None:
@@ -430,8 +513,7 @@ class KeywordCopies(Held):
             self.copies.pop((layer, user), None)  # others came, or the user was forgotten
             return None
         self._load_tokenizer(conn)
-        tokens = [self._tokenizer(text.quote(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None,
-                                  include_offsets=False, include_colocated=False) for term in terms]
+        tokens = self._query_tokens(terms)
         if any(len(t) > 1 for t in tokens):
             return None  # a phrase: FTS5 checks positions, which a copy does not keep
         copy = self._current(conn, layer, user)  # first: it may bring the terms' ids
@@ -440,6 +522,21 @@ class KeywordCopies(Held):
         ids = [self.vocabulary.get(t[0]) for t in tokens if t]
         skip = copy.common(ids, *common) if common is not None else set()
         return copy.top_k([t for t in ids if t not in skip], k)
+
+    def _query_tokens(self, terms: list[str]) -> list[list[str]]:
+        """Each query term's tokens as FTS5 reads it, remembered: an absorbed atom's terms are
+        tokenized for its counts and again for its candidates, and recur across atoms."""
+        out = []
+        for term in terms:
+            found = self._tokenized.get(term)
+            if found is None:
+                if len(self._tokenized) >= MAX_TOKENIZED:
+                    self._tokenized.clear()
+                found = self._tokenized[term] = self._tokenizer(
+                    text.quote(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False,
+                    include_colocated=False)
+            out.append(found)
+        return out
 
     def _load_tokenizer(self, conn: apsw.Connection) -> None:
         if self._tokenizer is None:  # the tokenizer schema.sql declares for both FTS tables
@@ -525,9 +622,9 @@ class KeywordCopies(Held):
             self.vocabulary.update(vocabulary)
         else:  # another copy added words meanwhile: renumber and sort again
             mapping = self._term_ids(words).astype(np.int32)
-            for postings in (copy.sorted, copy.tail):
-                postings.terms = mapping[postings.terms]
-            copy.sorted.sort()
+            old = copy.sorted
+            copy.sorted = Sorted().merged(Postings(mapping[old.flat_terms()], old.rows, old.kinds))
+            copy.tail.terms = mapping[copy.tail.terms]
         copy.stamp = (-1, -1)
         return copy
 
@@ -544,45 +641,38 @@ class KeywordCopies(Held):
         fresh = np.ones(len(ids), bool)
         fresh[at[inside][same[inside]]] = False
         fresh = np.flatnonzero(fresh)
-        parts = [self._read(conn, layer, ids[fresh[lo:lo + READ_ROWS]], versions[fresh[lo:lo + READ_ROWS]])
-                 for lo in range(0, len(fresh), READ_ROWS)]
-        if parts:
-            start = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
-            for offset, part in zip(start, parts):
-                part[3].rows = part[3].rows + offset
-            postings = Postings()
-            for name in Postings.FIELDS:  # one array at a time, each part's freed as it goes
-                setattr(postings, name, np.concatenate([getattr(p[3], name) for p in parts]))
-                for p in parts:
-                    setattr(p[3], name, None)
-            rows = [np.concatenate([p[i] for p in parts]) for i in range(3)]
-            del parts
-            copy.add(*rows, postings)
-        copy.fold()
+        new = copy.n == 0
+        for lo in range(0, len(fresh), READ_ROWS):
+            # Folded as it grows (a merge copies the postings once; the tail it folds is an
+            # eighth of them), so a build's peak is about twice the copy, not a sort of it all.
+            copy.add(*self._read(conn, layer, copy, ids[fresh[lo:lo + READ_ROWS]], versions[fresh[lo:lo + READ_ROWS]]))
+            copy.fold()
+        copy.fold(whole=new)
 
-    def _read(self, conn: apsw.Connection, layer: str, ids: np.ndarray,
+    def _read(self, conn: apsw.Connection, layer: str, copy: KeywordCopy, ids: np.ndarray,
               versions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, Postings]:
         """(ids, versions, lengths, postings) of the rows with these ids, as the FTS table holds
-        them; a row without its FTS row is left out (unsearchable, as it is for FTS5)."""
+        them, their postings' kinds copy's; a row without its FTS row is left out (unsearchable,
+        as it is for FTS5)."""
         if self.stopping.is_set():
             raise RuntimeError("stopped")  # a background build, asked to stop
         fts_table, _, _ = LAYERS[layer]
         found = conn.execute(f'select "rowid", * from "{fts_table}" where "rowid" in {EACH} '
                              'order by "rowid"', (json_array(ids.tolist()),)).fetchall()
         got = np.fromiter((r[0] for r in found), np.int64, len(found))
-        lengths, postings = self._postings([r[1:] for r in found], self.weights[layer])
+        lengths, postings = self._postings([r[1:] for r in found], self.weights[layer], copy)
         return got, versions[np.searchsorted(ids, got)], lengths, postings
 
-    def _postings(self, found: list[tuple], weights: np.ndarray) -> tuple[np.ndarray, Postings]:
-        """Row lengths and (term, row, weighted count) of rows of FTS content."""
+    def _postings(self, found: list[tuple], weights: np.ndarray, copy: KeywordCopy) -> tuple[np.ndarray, Postings]:
+        """Row lengths and (term, row, kind) of rows of FTS content."""
         n, width = len(found), len(weights)
         term, cell = self._tokens([cell or "" for r in found for cell in r])
         column, row = cell % width, cell // width
         pairs, inverse = np.unique(term * n + row, return_inverse=True)  # sorted by term, then row
         counts = np.bincount(inverse, weights=weights[column], minlength=len(pairs))
-        plain = np.bincount(inverse, minlength=len(pairs)).astype(np.float32)
+        plain = np.bincount(inverse, minlength=len(pairs)).astype(float)
         lengths = np.bincount(row, minlength=n).astype(float)
-        return lengths, Postings((pairs // n).astype(np.int32), (pairs % n).astype(np.int32), counts, plain)
+        return lengths, Postings((pairs // n).astype(np.int32), (pairs % n).astype(np.int32), copy.kinds(counts, plain))
 
     def _tokens(self, cells: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The term id of every token of the cells, and the cell it is in. One tokenizer call

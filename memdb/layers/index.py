@@ -59,6 +59,9 @@ class UserScenarios:
     epoch: str | None = None  # the file's vectors_epoch when read
     transaction: int = -1  # Held.transactions while it is this transaction's own
     conn: weakref.ref[apsw.Connection] | None = None
+    # Member atoms' vectors placement read (store.atom_vectors' cache): a scenario's members
+    # are read again at each join. Dropped with the index (a rollback, another epoch).
+    vectors: dict[int, np.ndarray] = field(default_factory=dict)
 
     def put(self, sid: int, scenario: Scenario | None) -> None:
         """Set (None: remove) scenario sid."""
@@ -168,8 +171,10 @@ class ScenarioIndex(Held):
         epoch = connection.get_meta(conn, "vectors_epoch")
         before = self.copies.get(user)
         held = UserScenarios(epoch=epoch)
+        if before is not None and before.epoch == epoch:
+            held.vectors = dict(before.vectors)  # an atom's vector changes only with the epoch
         for sid, scenario in _scenarios(conn, layers.candidates(conn, user),
-                                        before if before is not None and before.epoch == epoch else None):
+                                        before if before is not None and before.epoch == epoch else None, held.vectors):
             held.put(sid, scenario)
         return held
 
@@ -184,7 +189,7 @@ class ScenarioIndex(Held):
                  for sid, blob, words, members in conn.execute(
                      f'select "id", "centroid", "keywords", "members" from "scenarios" where "id" in {EACH}',
                      (json_array(sids),))]
-        for sid, scenario in _scenarios(conn, found, held):
+        for sid, scenario in _scenarios(conn, found, held, held.vectors):
             held.put(sid, scenario)
         for sid in set(sids) - {sid for sid, *_ in found}:
             held.put(sid, None)  # deleted
@@ -204,15 +209,16 @@ class ScenarioIndex(Held):
         super()._rolled_back(conn)
 
 
-def _scenarios(conn: apsw.Connection, found: list[tuple], before: UserScenarios | None) -> list[tuple[int, Scenario]]:
+def _scenarios(conn: apsw.Connection, found: list[tuple], before: UserScenarios | None,
+               cache: dict[int, np.ndarray] | None = None) -> list[tuple[int, Scenario]]:
     """(id, Scenario) of candidates rows (layers.candidates), one-atom ones with their atom's
-    vector (as before held it for the same atom, else read)."""
+    vector (as before held it for the same atom, else read, through cache: UserScenarios.vectors)."""
     alone = layers.single_members(conn, [sid for sid, c, _, n in found if c is None and n == 1])
     vectors = {}
     for sid, atom in alone.items():
         prior = None if before is None else before.found.get(sid)
         if prior is not None and prior.atom == atom and prior.vector is not None:
             vectors[atom] = prior.vector
-    vectors.update(layers.atom_vectors(conn, [a for a in alone.values() if a not in vectors]))
+    vectors.update(layers.atom_vectors(conn, [a for a in alone.values() if a not in vectors], cache))
     return [(sid, Scenario(centroid=c, vector=c if c is not None else vectors.get(alone.get(sid, -1)),
                            keywords=frozenset(words), members=n, atom=alone.get(sid))) for sid, c, words, n in found]

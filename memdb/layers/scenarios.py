@@ -34,6 +34,7 @@ def place(conn: apsw.Connection, *, user: str, atom_id: int, vector: np.ndarray 
     connection's scenario index (layers/index.py), which holds the user's scenarios instead of
     reading them all for each atom; the placement is the same."""
     held = index.get(conn, user) if index is not None else None
+    cache = held.vectors if held is not None else None  # member vectors read before
 
     def wrote(sids: set[int]) -> None:
         if index is not None:
@@ -48,10 +49,10 @@ def place(conn: apsw.Connection, *, user: str, atom_id: int, vector: np.ndarray 
             scenario_id = layers.create(conn, user, ts)
         layers.add_member(conn, scenario_id, atom_id, ts)
     for sid in touched | {scenario_id}:  # replaced atoms leave the state lines they were on
-        layers.refresh(conn, sid, settings)
+        layers.refresh(conn, sid, settings, cache)
     wrote(touched | {scenario_id})
     scenario_id = _merge_nearest(conn, user, scenario_id, settings, cosine_baseline, held, wrote)
-    _split(conn, user, scenario_id, ts, settings, cosine_baseline, wrote)
+    _split(conn, user, scenario_id, ts, settings, cosine_baseline, wrote, cache)
     return scenario_id
 
 
@@ -190,23 +191,24 @@ def _merge_nearest(conn: apsw.Connection, user: str, scenario_id: int, settings:
     if len(mine[1] & theirs[1]) < settings.scenario_merge_keywords * min(len(mine[1]), len(theirs[1])):
         return scenario_id
     keep, gone = (near, scenario_id) if (theirs[2], -near) >= (mine[2], -scenario_id) else (scenario_id, near)
-    layers.move_members(conn, [m.id for m in layers.members(conn, gone)], keep)
+    cache = held.vectors if held is not None else None
+    layers.move_members(conn, [m.id for m in layers.members(conn, gone, cache)], keep)
     layers.delete(conn, [gone])
-    layers.refresh(conn, keep, settings)
+    layers.refresh(conn, keep, settings, cache)
     if wrote is not None:
         wrote({keep, gone})
     return keep
 
 
 def _split(conn: apsw.Connection, user: str, scenario_id: int, ts: str, settings: Settings, baseline: float,
-           wrote: Callable[[set[int]], None] | None = None) -> None:
+           wrote: Callable[[set[int]], None] | None = None, cache: dict[int, np.ndarray] | None = None) -> None:
     """Split a scenario grown past scenario_max_members in two when its members fall in two
     groups (two-means on their vectors) that are each big enough and no closer than joining
     needs; otherwise it stays whole: its members say it is one thing."""
     size = conn.execute('select "members" from "scenarios" where "id" = ?', (scenario_id,)).fetchone()
     if size is None or size[0] <= settings.scenario_max_members:  # refresh counted them: no need to read them
         return
-    found = [m for m in layers.members(conn, scenario_id) if m.vector is not None]
+    found = [m for m in layers.members(conn, scenario_id, cache) if m.vector is not None]
     if len(found) <= settings.scenario_max_members:
         return
     groups = _two_means(np.stack([m.vector for m in found]))
@@ -221,8 +223,8 @@ def _split(conn: apsw.Connection, user: str, scenario_id: int, ts: str, settings
         return
     new = layers.create(conn, user, ts)
     layers.move_members(conn, moving, new)
-    layers.refresh(conn, scenario_id, settings)
-    layers.refresh(conn, new, settings)
+    layers.refresh(conn, scenario_id, settings, cache)
+    layers.refresh(conn, new, settings, cache)
     if wrote is not None:
         wrote({scenario_id, new})
 

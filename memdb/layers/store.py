@@ -106,7 +106,11 @@ def _next_id() -> str:
 
 
 def add_member(conn: apsw.Connection, scenario_id: int, atom_id: int, ts: str) -> None:
-    conn.execute('insert or replace into "scenario_atoms" ("scenario_id", "atom_id", "joined_at") values (?, ?, ?)',
+    """Put an atom that is in no scenario into one (move_members moves one that is)."""
+    # A plain insert: "insert or replace" took ~1 ms on one call in six inside a long write
+    # (foreign keys on; median 50 us against 17; bench/write_path.py), and placement only adds
+    # an atom it found in no scenario.
+    conn.execute('insert into "scenario_atoms" ("scenario_id", "atom_id", "joined_at") values (?, ?, ?)',
                  (scenario_id, atom_id, ts))
 
 
@@ -150,31 +154,55 @@ class Member:
     vector: np.ndarray | None = None
 
 
-def members(conn: apsw.Connection, scenario_id: int) -> list[Member]:
-    """The member atoms of a scenario with their vectors, in id order."""
+def members(conn: apsw.Connection, scenario_id: int, vectors: dict[int, np.ndarray] | None = None) -> list[Member]:
+    """The member atoms of a scenario with their vectors, in id order. vectors: atom vectors
+    already read (atom_vectors' cache)."""
     found = conn.execute(
         'select a."id", a."text", a."status", a."seen", a."first_seen", a."last_seen", a."kind", a."valid_from", '
         'a."record" from "scenario_atoms" m join "atoms" a on a."id" = m."atom_id" '
         'where m."scenario_id" = ? order by a."id"', (scenario_id,)).fetchall()
     out = [Member(id=r[0], text=r[1], held=r[2] != codec.STATUSES["superseded"], seen=r[3], first_seen=r[4],
                   last_seen=r[5], when=(r[7] if r[6] == codec.KINDS["event"] and r[7] else r[5]),
-                  subject=codec.unpack(r[8]).get("subject", "")) for r in found]
-    vectors = atom_vectors(conn, [m.id for m in out])
+                  subject=_subject(r[8])) for r in found]
+    found_vectors = atom_vectors(conn, [m.id for m in out], vectors)
     for m in out:
-        m.vector = vectors.get(m.id)
+        m.vector = found_vectors.get(m.id)
     return out
 
 
-def atom_vectors(conn: apsw.Connection, atom_ids: Sequence[int]) -> dict[int, np.ndarray]:
+MAX_CACHED_VECTORS = 4096  # atom vectors a cache (atom_vectors) keeps before it starts afresh: 6 MB at 384 dims
+
+
+# Cached: a scenario's members are read again at each join, and decoding their records was a
+# third of a refresh's time (an atom's record never changes; a merge changes its counts only).
+@functools.lru_cache(maxsize=16384)
+def _subject(record: bytes) -> str:
+    return codec.unpack(record).get("subject", "")
+
+
+def atom_vectors(conn: apsw.Connection, atom_ids: Sequence[int],
+                 cache: dict[int, np.ndarray] | None = None) -> dict[int, np.ndarray]:
+    """{atom id: its stored vector} for those of atom_ids that have one. cache: vectors read
+    before, kept and added to; it must be dropped when the vectors may have changed (a
+    rollback, a new vectors_epoch): layers/index.py holds one per user's scenario index."""
     if not atom_ids or not connection.has_vectors(conn):
         return {}
     # One point lookup per id: vec0 answers `atom_id in (...)` by scanning its rowid chunks
     # (6-77 ms for 40 ids at 100k atoms, 0.3-0.4 ms as lookups; bench/results/write_path.json).
+    # A scenario's members are read again at each join (refresh), most of them read before.
     out = {}
     for i in atom_ids:
-        row = conn.execute("select embedding from atoms_vec where atom_id = ?", (i,)).fetchone()
-        if row is not None:
-            out[i] = np.frombuffer(row[0], dtype=np.float32)
+        found = cache.get(i) if cache is not None else None
+        if found is None:
+            row = conn.execute("select embedding from atoms_vec where atom_id = ?", (i,)).fetchone()
+            if row is None:
+                continue
+            found = np.frombuffer(row[0], dtype=np.float32)
+            if cache is not None:
+                if len(cache) >= MAX_CACHED_VECTORS:
+                    cache.clear()
+                cache[i] = found
+        out[i] = found
     return out
 
 
@@ -190,9 +218,11 @@ def _content_terms(line: str, subject: str) -> tuple[str, ...]:
     return tuple(t for t in text.terms(line) if t not in own)
 
 
-def refresh(conn: apsw.Connection, scenario_id: int, settings: Settings) -> None:
-    """Rewrite every derived column of a scenario from its members; delete it when it has none."""
-    found = members(conn, scenario_id)
+def refresh(conn: apsw.Connection, scenario_id: int, settings: Settings,
+            vectors: dict[int, np.ndarray] | None = None) -> None:
+    """Rewrite every derived column of a scenario from its members; delete it when it has none.
+    vectors: atom vectors already read (atom_vectors' cache)."""
+    found = members(conn, scenario_id, vectors)
     if not found:
         delete(conn, [scenario_id])
         return
@@ -230,7 +260,8 @@ def _central(held: list[Member], centroid: np.ndarray | None) -> Member | None:
 def heat(found: list[Member], at: str, half_life_days: float) -> float:
     """Mentions fading with a half-life: each member counts its `seen` statements as said when it
     was last said (the file keeps no earlier times), decayed back from `at`."""
-    return sum(m.seen * math.pow(0.5, max(0.0, _days(at) - _days(m.last_seen)) / half_life_days) for m in found)
+    now_days = _days(at)
+    return sum(m.seen * math.pow(0.5, max(0.0, now_days - _days(m.last_seen)) / half_life_days) for m in found)
 
 
 def heat_now(scenario: Scenario, at: str, half_life_days: float) -> float:
@@ -238,6 +269,7 @@ def heat_now(scenario: Scenario, at: str, half_life_days: float) -> float:
     return scenario.heat * math.pow(0.5, max(0.0, _days(at) - _days(scenario.heat_at)) / half_life_days)
 
 
+@functools.lru_cache(maxsize=16384)  # a scenario's members' times, read again at each refresh
 def _days(ts: str) -> float:
     return dt.datetime.fromisoformat(ts[:19]).timestamp() / 86400
 
@@ -247,6 +279,8 @@ def _days(ts: str) -> float:
 
 def write_card(conn: apsw.Connection, user: str, lines: list[tuple[int, str, float]]) -> None:
     """Replace user's persona card with lines (atom id, line, score), best first."""
+    # Rewritten whole: a line that enters the card moves every line below it down one rank,
+    # and updating those rows cost twice the delete and inserts (bench/write_path.py).
     conn.execute('delete from "persona" where "user" = ?', (user,))
     conn.executemany('insert into "persona" ("user", "rank", "atom_id", "line", "score") values (?, ?, ?, ?, ?)',
                      [(user, rank, atom_id, line, score) for rank, (atom_id, line, score) in enumerate(lines, 1)])
