@@ -80,7 +80,7 @@ def _it_named(clause: str, thing: str | None, subject: str | None) -> tuple[str,
     """The clause with an "it" that stands for the clause before's thing written out ("A friend
     made it for my birthday" after "…, like my hand-painted bowl" → "made my hand-painted bowl"),
     and what the next clause's "it" may stand for."""
-    opened = re.match(r"it\s+(?!(?:is|was|was|will|would|has|had|does|did|can|could|must|might|may)\b|['’])(?=[a-z])", clause, re.I)
+    opened = re.match(r"it\s+(?!(?:is|was|will|would|has|had|does|did|can|could|must|might|may)\b|['’])(?=[a-z])", clause, re.I)
     if opened and subject:  # "- it really speaks to me" after "Contemporary dance is so expressive"
         clause = subject + clause[opened.end() - 1:]
     elif thing and not opened and not re.match(r"(?:he|she|they|it|we)\b", clause, re.I):  # "She gave it to me": whose, unsure
@@ -91,15 +91,14 @@ def _it_named(clause: str, thing: str | None, subject: str | None) -> tuple[str,
                         rf"into|over|back|last|yesterday|today|this|every)\b)", rf"\1 {thing}", clause, count=1, flags=re.I)
     last = _LAST_THING.search(clause.rstrip(" .!"))
     first = _FIRST_THING.match(clause)
-    nouns_only = lambda phrase: phrase and phrase.split()[-1].lower() not in _NOT_A_THING and not timeparse.find(phrase, "2000-01-01")
+    nouns_only = lambda phrase: phrase and phrase.split()[-1].lower() not in lexicon.words("en", "not_a_thing") \
+        and not timeparse.find(phrase, "2000-01-01")
     thing = last.group(1) if last and nouns_only(last.group(1)) and not re.search(r"[^s]s$", last.group(1)) else None
     subject = first.group(1) if first and nouns_only(first.group(1)) \
         and first.group(1).split()[0].lower() not in lexicon.words("en", "pronoun_subjects") and \
         first.group(1).split()[0].lower() not in ("i", "it", "this", "that", "there", "here", "what", "which", "who") else None
     return clause, thing, subject
 
-
-_NOT_A_THING = frozenset("day week month year time lot bit while way one ones thing things stuff".split())
 
 
 # A clause that only dates the one before it ("It's on the 21st next month").
