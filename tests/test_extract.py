@@ -926,3 +926,12 @@ def test_a_reminder_opens_nothing_and_allergic_needs_its_cause():
     source = turn(1, "Just a reminder: shellfish gives me hives, I'm allergic.", speaker="Beatrix")
     candidates, _ = extract.extract([source], fake_llm(reply()))
     assert ["Shellfish gives Beatrix hives"] == [codec.canonical_text(c.record) for c in candidates]
+
+
+def test_a_name_later_in_a_note_takes_its_verb_as_one_person_does():
+    said = "I'm going to keep pursuing my goals and I hope you do too, Tobias!"
+    candidates, _ = model_only([turn(2, said, speaker="Beatrix")],
+                               fake_llm(reply("Beatrix | is going to keep | pursuing her goals and she hopes Tobias do too")),
+                               history=[turn(1, "Any plans for the spring?", speaker="Tobias")])
+    assert ["Beatrix is going to keep pursuing her goals and she hopes Tobias does too"] == [
+        codec.canonical_text(c.record) for c in candidates]

@@ -220,6 +220,7 @@ def test_a_chinese_note_names_its_subject_once_and_in_front(record, expected):
     ("took a night-shift post at the bakery, a night-shift post with early mornings", False),
     ("keeps a family recipe book for family dinners", True),
     ("thanks Bea for the sketchbook", False),          # thanks are said, not kept
+    ("is planning a few", False),                       # a few what
     ("definitely don't underestimate the winter", False),   # advice to the listener
     ("runs SELECT id FROM boats WHERE hull = $1 nightly", False),   # a query, not a note
     ("thanks to her coach won the regatta", True),
@@ -410,6 +411,8 @@ def test_a_chinese_line_that_names_its_subject_twice_keeps_the_first():
     ("你总是很耐心，我最近在学吉他", "我最近在学吉他"),  # praise of the assistant
     ("以后可以请你帮我挑挑琴弦", ""),
     ("今天是星期五，准备去爬山", "准备去爬山"),       # a day's name is no fact
+    ("早上去河边骑车了，真是一种放松的感觉", "早上去河边骑车了"),   # a verdict after the fact
+    ("最近改喝绿茶了，绿茶真香", "最近改喝绿茶了"),
     ("希望我们能成为朋友", ""),
     ("好吧", ""),
     ("我会考虑这些建议", ""),                   # the assistant's advice, taken

@@ -264,6 +264,10 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
             record["object"] = persons.without_tail(record["object"])
     record = gate.repair_persons(record, speaker, listener, zh, pronouns)
     if not zh and record.get("object"):
+        # "she hopes Bea do too": a name later in the note takes its verb as one person does
+        record["object"] = re.sub(
+            rf"\b({'|'.join(map(re.escape, sorted(n for n in names | {speaker} if n)))})\s+(do|have|want|need|go|know|like|love)\b(?!['’])",
+            lambda m: f"{m.group(1)} {persons.agree(m.group(2))}", record["object"])
         record["object"] = persons.indefinite(record.get("predicate", ""), record["object"])
         record["object"] = persons.with_article(record.get("predicate", ""), record["object"])
     if zh and not extractive and record.get("object") and gate.pieced_together(record, turn.content, speaker, listener, turn.ts):

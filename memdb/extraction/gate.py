@@ -213,8 +213,9 @@ def trim_zh(value: str, speaker: str) -> str:
             continue
         if re.fullmatch(r"(?:今天|明天|昨天|后天)是(?:星期|周|礼拜)[一二三四五六日天]", probe):
             continue  # "今天是星期五": a day's name is no fact about anyone
-        if kept and probe.endswith(tuple(lexicon.words("zh", "remark_ends"))):
-            continue  # "…还喜欢潜水和攀岩，五花八门吧": an aside after the fact
+        if kept and (probe.endswith(tuple(lexicon.words("zh", "remark_ends")))
+                     or lexicon.alternation("zh", "asides").match(probe) or probe.endswith(tuple(lexicon.words("zh", "aside_ends")))):
+            continue  # "…还喜欢潜水和攀岩，五花八门吧", "…，真是一种愉悦的感觉", "…，大麦茶真香": an aside after the fact
         sep = re.sub(r"[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]", "", sep)
         kept.append(clause + (sep[:1] or ("，" if text.has_cjk(clause) else " ")))
     return "".join(kept).strip(" ，,。：:；;—～~…")
@@ -369,8 +370,8 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
     if record.get("object") and _owner_free(record["object"]) in _owner_free(subject):
         return "repeats its subject"
     last = (record.get("object") or record.get("predicate") or "").lower().split()
-    if last and last[-1] in _DANGLING_END:
-        return "cut off"
+    if last and (last[-1] in _DANGLING_END or last[-2:] in (["a", "few"], ["a", "couple"])):
+        return "cut off"  # "is planning | a few": a few what
     if sentence.rstrip().endswith(("?", "？")) and (
             _ZH_ASKS.search(said) if text.has_cjk(sentence) else _INFO_QUESTION.search(sentence)):
         # (in Chinese the note's own words must ask: a turn's asking clause is cut from the note by trim_zh)
