@@ -864,6 +864,8 @@ def test_what_acts_on_the_speaker_and_what_it_stands_for_are_notes(said, expecte
     ("忘了跟你说，周末的露营最后没去成，下雨了。", ["林晓周末的露营最后没去成，下雨了"]),
     ("好嘞～另外我是夜猫子，一般两点才睡。", ["林晓是夜猫子，一般两点才睡"]),
     ("羊肉我是不吃的。", ["林晓不吃羊肉"]),                      # the thing said first, written as a note says it
+    ("厦门那个展我不去了。", ["厦门那个展林晓不去了"]),     # 不…了 ends a plan: the words stay as said
+    ("嗯，恩，我喜欢唱歌和爬山。", ["林晓喜欢唱歌和爬山"]),
     ("提醒一下，花生我不能碰，会过敏。", ["林晓不能碰花生，会过敏"]),
 ])
 def test_chinese_chat_openers_topics_and_people_called_by_surname(said, expected):

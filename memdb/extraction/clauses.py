@@ -199,13 +199,13 @@ def _as_record(clause: str, speaker: str, names: set[str], zh: bool, content: st
 
 # "猪肉我是不吃的", "青霉素我不能用": the thing said first, then the speaker and a negated verb;
 # written as a note says it ("我不吃猪肉"), so a repeat reads as the note it repeats.
-_ZH_TOPIC_FIRST = re.compile(r"^([^，,。！？我]{1,8}?)我(?:是)?((?:从来)?(?:不|没|从不)(?:能|会|太)?)([^，,。！？的]{1,3}?)的?(?=$|[，,])")
+_ZH_TOPIC_FIRST = re.compile(r"^([^，,。！？我]{1,8}?)我(?:是)?((?:从来)?(?:不|没|从不)(?:能|会|太)?)([^，,。！？的了]{1,3}?)(的?)(?=$|[，,])")  # not before 了: "…我不去了" ends a plan, and says so there
 
 
 def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
     # The subject opens the clause: 我 / 我们 / 我的 (the speaker: gate.repair_persons writes the
     # rest), a name the turn gives, or nobody (chat leaves the speaker out: "周末一般去爬山").
-    clause = _ZH_TOPIC_FIRST.sub(lambda m: f"我{m.group(2)}{m.group(3)}{m.group(1)}", clause, count=1)
+    clause = _ZH_TOPIC_FIRST.sub(lambda m: f"我{m.group(2)}{m.group(3)}{m.group(1)}{m.group(4).replace('的', '')}", clause, count=1)
     named = _last_named(clause, others)
     clause = re.sub(r"[她他](?=是|今年|这学期|天天|最近|突然|叫)", named or "\\g<0>", clause) if named else clause
     for name in others:
