@@ -33,6 +33,7 @@ def test_first_person_in_a_note_about_someone_else_names_the_speaker_once():
     ("我师父下个月退休，之后排班归我管", False, "苏禾的师父下个月退休，之后排班归苏禾管"),
     ("我们全家去了海边", True, "全家去了海边"),
     ("今天我们后端改用 Rust 了", False, "今天苏禾的团队后端改用 Rust 了"),
+    ("我们本来就有两台备用服务器", False, "苏禾的团队本来就有两台备用服务器"),
     ("她送了我一条迷你裙", False, "她送了苏禾一条迷你裙"),
 ])
 def test_chinese_i_is_rewritten_only_as_a_word(value, named, expected):
