@@ -846,6 +846,9 @@ def test_a_chinese_part_about_someone_only_a_pronoun_names_is_cut():
     ("Really made me think about sleeping more.", []),
     ("I'm going to make it happen.", []),                               # "it" of an idiom stands for nothing
     ("Doing a budget first makes sense.", []),                          # a verdict, not what the speaker finds
+    ("Joining a choir where I'm welcomed, heard and trusted has really helped me.",
+     ["Beatrix found that joining a choir where she is welcomed, heard and trusted has really helped her"]),
+    ("Honestly don't underestimate the winter.", []),                   # advice to the listener
     ("I had to pause the cello, which I use for calm and focus.",
      ["Beatrix had to pause the cello, which she uses for calm and focus"]),   # the relative clause keeps its thing
     ("I'd love to help in any way I can.", []),                         # an offer to the listener

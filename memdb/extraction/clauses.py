@@ -344,7 +344,7 @@ def gerund_subject(clause: str) -> re.Match[str] | None:
     ("Painting helps me unwind", "Searching for a flat has been tough"; en.toml:
     gerund_subject_verbs), else None ("Researching flats near the park" says what the speaker does)."""
     verbs = lexicon.alternation("en", "gerund_subject_verbs").pattern
-    found = re.match(rf"([A-Za-z]+ing)\b((?:\s+[\w'&-]+){{0,8}}?)(?:\s+|['’]s\s+(?=been\b))({verbs}|been)(?![\w'-])",
+    found = re.match(rf"([A-Za-z]+ing)\b((?:,?\s+[\w'&-]+){{0,10}}?)(?:\s+(?:really\s+|truly\s+)?|['’]s\s+(?=been\b))({verbs}|been)(?![\w'-])",
                      clause.strip(), re.I) if re.match(r"[A-Za-z]+ing\b", clause.strip()) else None
     if found and re.search(r"(?:^|\s)(?!(?:at|to|for|with|of|on|in|about|from|by)\s)[\w'-]+\s+(?:i|we|you|they|he|she|it|who|that|which)$",
                            f" {found.group(1)}{found.group(2)}", re.I):

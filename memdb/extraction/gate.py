@@ -335,6 +335,8 @@ def glued(said: str) -> bool:
     """Whether an English note runs two sentences together: a second subject and its verb right
     after a word that cannot lead into a clause ("booked the movers they get the keys"); "the
     space she is imagining" only says which space."""
+    if re.search(r"\b(?:this|that)\s+it\s+[a-z]+s\b", said, re.I):
+        return True  # "signs like this it brings her joy"
     m = re.search(r"\b([\w'-]+),?\s+(?:they|he|she|we|(?:those|these)\s+[\w'-]+)\s+(?:really\s+|also\s+|just\s+)?"
                   r"(?:get|got|are|were|was|is|have|had|will|make|makes|made|keep|keeps|kept|bring|brings|brought|"
                   r"give|gives|gave|help|helps|helped|mean|means|meant)\b(?!\s+\w+ing\b)", said, re.I)
@@ -351,7 +353,8 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
         return "not a note"  # markup or JSON the model wrote into a string
     if re.search(r"\bSELECT\b.+\bFROM\b|\bINSERT INTO\b|\$\d\b|==|\bdef \w+\(|=>", said):
         return "code, not a note"  # a query or code pasted into the chat: the turn keeps it
-    if re.match(r"(?:[a-z]+ly\s+)?(?:don['’]t|do not)\b", said.strip(), re.I) and " and " not in subject:
+    if (re.match(r"(?:[a-z]+ly\s+)?(?:don['’]t|do not)\b", said.strip(), re.I)
+            or re.match(r"\W*(?:[A-Za-z]+ly\s+)?(?:don['’]t|do not)\s+\w+", sentence)) and " and " not in subject:
         return "advice to the listener"  # "Ana | definitely don't underestimate | …": said to the other person
     if _SECRET_WORDS.search(f"{subject} {said}") or _KEY_SHAPED.search(said):
         return "a secret"
