@@ -578,3 +578,14 @@ def test_each_other_and_glued_clauses(predicate, obj, kept):
     from memdb.extraction import gate
     why = gate.judge({"subject": "Wren", "predicate": predicate, "object": obj, "kind": "fact"}, obj, {"Wren"})
     assert kept == (why is None), why
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("help from this knitting circle she joined", "help from a knitting circle she joined"),
+    ("mentored by this retired sea captain", "mentored by a retired sea captain"),
+    ("a trip this weekend", "a trip this weekend"),
+    ("at this point", "at this point"),
+    ("pots like this", "pots like this"),
+])
+def test_this_inside_an_object_points_into_the_chat(value, expected):
+    assert expected == persons.indefinite("got", value)

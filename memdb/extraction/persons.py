@@ -344,6 +344,7 @@ def indefinite(predicate: str, value: str) -> str:
     someone who was not there: "a lake sunrise". "realize | that self-care matters" keeps its
     "that" (en.toml: that_clause_verbs); these/those stay ("has known these friends": without
     them, which friends is lost)."""
+    value = _this_inside(value)
     m = re.match(r"(?:this|that)\s+(?=[a-z])(?!(?:it|he|she|they|we|i|you|there|her|his|their|my|our|the|a|an|for|to|after|"
                  r"before|with|in|on|at|from|by|about|as|is|was|and|or|but|so|because|when|if|too|again)\b)", value)
     last = predicate.split()[-1].lower() if predicate.split() else ""
@@ -353,6 +354,21 @@ def indefinite(predicate: str, value: str) -> str:
         return value  # "this week": a time, not a thing
     rest = value[m.end():]
     return ("an " if re.match(r"[aeiou]", rest) else "a ") + rest
+
+
+def _this_inside(value: str) -> str:
+    # "got help from this adoption group she attended" → "from an adoption group …": "this" inside
+    # an object, after a word that takes a noun (a preposition or a verb of doing), points into
+    # the chat too. A time ("this week") and "like this" stay.
+    def indefinite_article(m: re.Match) -> str:
+        rest = value[m.end():]
+        if any(rest.lower().startswith(p.lower()) or f"this {rest}".lower().startswith(p.lower())
+               for p, _ in timeparse.find(f"this {rest}", "2000-01-01")):
+            return m.group(0)
+        return f"{m.group(1)} {'an' if re.match(r'[aeiou]', rest) else 'a'} "
+    return re.sub(r"\b(from|by|of|with|across|at|in|on|about|seeing|saw|found|made|got|bought|met|joined|visited)\s+this\s+"
+                  r"(?=[a-z])(?!(?:is|was|one|time|point|moment|stage|rate|week|month|year|morning|afternoon|evening|weekend|summer|winter|spring|fall|autumn)\b)",
+                  indefinite_article, value)
 
 
 def with_article(predicate: str, value: str) -> str:
