@@ -414,6 +414,9 @@ def test_a_chinese_line_that_names_its_subject_twice_keeps_the_first():
     ("今天是星期五，准备去爬山", "准备去爬山"),       # a day's name is no fact
     ("早上去河边骑车了，真是一种放松的感觉", "早上去河边骑车了"),   # a verdict after the fact
     ("最近改喝绿茶了，绿茶真香", "最近改喝绿茶了"),
+    ("天气真好，早上去河边跑步了", "早上去河边跑步了"),   # a remark before the fact
+    ("非常棒，我觉得它的口感很细", "我觉得它的口感很细"),
+    ("希望以后我们可以继续聊天", ""),
     ("希望我们能成为朋友", ""),
     ("好吧", ""),
     ("我会考虑这些建议", ""),                   # the assistant's advice, taken

@@ -213,6 +213,8 @@ def trim_zh(value: str, speaker: str) -> str:
             continue
         if re.fullmatch(r"(?:今天|明天|昨天|后天)是(?:星期|周|礼拜)[一二三四五六日天]", probe):
             continue  # "今天是星期五": a day's name is no fact about anyone
+        if re.match(r"(?:今天)?天气", probe) and len(probe) <= 8 or not kept and len(probe) <= 4 and not _concrete(probe, {speaker}):
+            continue  # "天气真好，…", "非常棒，…": a remark before the fact
         if kept and (probe.endswith(tuple(lexicon.words("zh", "remark_ends")))
                      or lexicon.alternation("zh", "asides").match(probe) or probe.endswith(tuple(lexicon.words("zh", "aside_ends")))):
             continue  # "…还喜欢潜水和攀岩，五花八门吧", "…，真是一种愉悦的感觉", "…，大麦茶真香": an aside after the fact
@@ -358,6 +360,8 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
         return "advice to the listener"  # "Ana | definitely don't underestimate | …": said to the other person
     if _SECRET_WORDS.search(f"{subject} {said}") or _KEY_SHAPED.search(said):
         return "a secret"
+    if re.fullmatch(r"\s*(?:也)?(?:很|真)?(?:感谢|高兴|开心|好)?(?:能)?认识(?:认识|你|一下)?\s*", said):
+        return "small talk"  # "苏禾 | 感谢 | 认识": glad to meet the listener
     if FIRST_PERSON_WORDS.search(subject) or SECOND_PERSON.search(subject):
         return "first person"  # "Here's a recent sketch I | made | last week": no person to file it under
     opener = re.sub(r"['’]s$", "", subject.split()[0].lower()) if subject.split() else ""
