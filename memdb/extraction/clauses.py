@@ -10,6 +10,7 @@ the model's, so it only fills gaps and never adds small talk.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .. import text, timeparse
@@ -367,6 +368,7 @@ _IS_MINE = re.compile(r"^((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+(?:is|are)\s+(?:pretty 
 _WITH_ME = re.compile(r"^(?:my|our)\s+((?:[\w'-]+\s+){0,3}?[\w'-]+)\s+and\s+(?:I|me)\s+(.+)$", re.I)
 
 
+@functools.cache  # asked for every clause of every turn; the lists are read once
 def _verbs() -> str:
     # The verbs that end a noun phrase at the front of a clause (en.toml: phrase_verbs, past_forms), as one alternation.
     return "|".join(map(re.escape, [*lexicon.words("en", "phrase_verbs"), *lexicon.words("en", "past_forms")]))

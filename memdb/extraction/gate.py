@@ -395,8 +395,7 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
         return "one person, each other"  # "Ana | is supporting each other": said of a group the note lost
     if said.rstrip().endswith("?"):
         return "a question"  # "… or plan something special, just the two of them?"
-    if re.match(r"(?:thanks|thanked|thank|congratulates|congratulated|apologi[sz]es|apologi[sz]ed|appreciates|appreciated)\b"
-                r"(?!\s+to\b)", said.strip(), re.I):
+    if re.match(rf"(?:{lexicon.alternation('en', 'chat_verbs').pattern})(?!\s+to\b)", said.strip(), re.I):
         return "talk about the talk"  # "Ana | thanks | Bea Art gives her joy": thanks are said, not kept
     if lexicon.alternation("en", "chat_meta").search(said):
         return "talk about the talk"  # "Ana | will keep | Bea posted"
