@@ -9,6 +9,9 @@ each run copies it and, for another embedder, reembeds the copy (dedup was done 
 vectors). Without it the atoms and both layers hold only what the turns give (no extraction).
 
     .venv/bin/python bench/memorybank_retrieval.py --built /tmp/memorybank_cn_built
+
+--replay FILE keeps the model's replies by prompt (atom_quality.ReplayLLM), so a rebuild after a
+change past the model costs no model time.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import memdb  # noqa: E402
 from bench.common import MEMORYBANK_DEV, mean_scores, score  # noqa: E402
@@ -53,12 +57,13 @@ def load_user(mem: memdb.Memory, user: str, history: dict) -> dict[int, str]:
     return turn_to_ev
 
 
-def built_copy(built: Path, user: str, history: dict, tmp: Path) -> Path:
-    """A copy of the user's extracted file, extracting it first if DIR has none."""
+def built_copy(built: Path, user: str, history: dict, tmp: Path, llm=None) -> Path:
+    """A copy of the user's extracted file, extracting it first if DIR has none (llm: None for
+    the bundled model)."""
     source = built / f"{user}.db"
     if not source.exists():
         built.mkdir(parents=True, exist_ok=True)
-        with memdb.open(built / "partial.db", extract="defer", threads=1) as mem:
+        with memdb.open(built / "partial.db", extract="defer", threads=1, llm=llm) as mem:
             load_user(mem, user, history)
             print(f"{user}: extracting", mem.extract(), file=sys.stderr)
             mem.conn.execute("pragma wal_checkpoint(truncate)")
@@ -77,13 +82,15 @@ def evidence_of(mem: memdb.Memory, user: str, history: dict) -> dict[int, str]:
     return dict(zip(ids, order))
 
 
-def run(embedder: str, built: Path | None, atom_weights: tuple[float, ...] = ()) -> dict:
+def run(embedder: str, built: Path | None, atom_weights: tuple[float, ...] = (), llm=None) -> dict:
     data = json.loads(DATA.read_text(encoding="utf-8"))["users"]
     results: dict[str, list[dict]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         for user, u in data.items():
             if built:
-                path = built_copy(built, user, u["history"], Path(tmp))
+                path = built_copy(built, user, u["history"], Path(tmp), llm)
+                if llm is not None:
+                    llm.save()
                 with memdb.open(path, embedder=None, extract="defer") as mem:
                     mem.reembed(embedder)
             with memdb.open(Path(tmp) / "u.db", embedder=embedder, extract="defer") as mem:
@@ -120,9 +127,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "memorybank_retrieval.json")
     parser.add_argument("--atom-weights", type=float, nargs="*", default=[],
                         help="also rank `both` with these atom weights (Settings.atom_weight)")
+    parser.add_argument("--replay", type=Path, default=None, help="a JSON file of the model's replies, by prompt")
     args = parser.parse_args()
+    llm = None
+    if args.replay:
+        from atom_quality import ReplayLLM
+        from memdb.models import llama
+
+        llm = ReplayLLM(llama.load_llm(None, threads=2), args.replay)
     out = {"command": "python " + " ".join(sys.argv), "data": str(DATA.name),
-           "runs": [run(e, args.built, tuple(args.atom_weights)) for e in args.embedders]}
+           "runs": [run(e, args.built, tuple(args.atom_weights), llm) for e in args.embedders]}
     args.out.write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     for r in out["runs"]:
         for name, s in r["summary"].items():
