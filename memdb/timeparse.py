@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
 
-__all__ = ["find", "resolve", "to_date", "zh_words", "without_zh_dates"]
+__all__ = ["find", "resolve", "to_date", "zh_words", "en_words", "without_zh_dates"]
 
 _WEEKDAYS = {
     "monday": 0, "mon": 0, "tuesday": 1, "tue": 1, "tues": 1, "wednesday": 2, "wed": 2,
@@ -459,6 +459,23 @@ def zh_words(phrase: str, iso: str) -> str:
     parts = [int(x) for x in iso.split("-")]
     written = "".join(f"{n}{unit}" for n, unit in zip(parts, "年月日"))
     return written + _ZH_PART_OF_DAY.get(phrase[-1], "")
+
+
+_EN_RELATIVE = re.compile(r"(?:today|tonight|tomorrow|yesterday|(?:the )?day (?:before|after) \w+|(?:next|last|this|"
+                          r"coming|past)\b.*|.*\b(?:ago|from now|later)|in (?:a|an|one|two|three|a few|a couple of) \w+)",
+                          re.I)
+
+
+def en_words(phrase: str, iso: str) -> str:
+    """A relative English time phrase as the date it named, as a note says it to someone reading
+    it later ("tomorrow" said on 2026-03-09 → "on 10 March 2026", "next month" → "in April
+    2026"); any other phrase as it is."""
+    if not _EN_RELATIVE.fullmatch(phrase.strip()) or not re.fullmatch(r"\d{4}(?:-\d{2}(?:-\d{2})?)?", iso):
+        return phrase
+    parts = [int(x) for x in iso.split("-")]
+    if len(parts) == 3:
+        return f"on {parts[2]} {calendar.month_name[parts[1]]} {parts[0]}"
+    return f"in {calendar.month_name[parts[1]]} {parts[0]}" if len(parts) == 2 else f"in {parts[0]}"
 
 
 _ZH_WRITTEN = re.compile(r"\d{4}年(?:\d{1,2}月(?:\d{1,2}日)?)?(?:晚上|早上)?")

@@ -232,14 +232,14 @@ def test_by_default_history_only_lends_speaker_names():
     ("Rosalind | can't eat | pottery", "constraint", None),
     ("Rosalind | made | pottery", "event", None),
     ("Rosalind | has | pottery", "fact", None),
-    ("Rosalind | is so thrilled with | pottery", "fact", None),  # a state, not something that happened
+    ("Rosalind | is so busy with | pottery", "fact", None),  # a state, not something that happened
     ("Rosalind | has only visited | pottery", "event", None),  # "only" alone is no rule
     ("Rosalind | lost | pottery", "event", None),
     ("Rosalind | says pottery is her go-to for | pottery", "preference", "like"),
 ])
 def test_kind_and_sentiment_come_from_a_closed_set(atom, kind, sentiment):
     # The turn says "I'm …" of the two "is" notes: a model's "is X" the turn never says of a person is dropped.
-    said = "Pottery, pottery, pottery. I'm fond of it, I'm so thrilled with it."
+    said = "Pottery, pottery, pottery. I'm fond of it, I'm so busy with it."
     candidates, _ = model_only([turn(1, said)], fake_llm(reply(atom)))
     assert (kind, sentiment) == (candidates[0].record["kind"], candidates[0].record.get("sentiment"))
 
@@ -834,7 +834,7 @@ def test_a_chinese_part_about_someone_only_a_pronoun_names_is_cut():
 @pytest.mark.parametrize("said, expected", [
     ("My sister drove me to the ferry at dawn.", ["Beatrix's sister drove her to the ferry at dawn"]),
     ("Knitting's a calm way to clear my head.", ["Beatrix finds knitting a calm way to clear her head"]),
-    ("Folk music is so warm - it really speaks to me.", ["Folk music really speaks to Beatrix"]),
+    ("Folk music is so warm - it really speaks to me.", ["Folk music speaks to Beatrix"]),
     ("I kept one souvenir, my brass compass. A sailor gave it to me in Bergen.",
      ["Beatrix kept one souvenir", "A sailor gave Beatrix's brass compass to her in Bergen"]),
     ("I'm lucky to have my wife and twins.", ["Beatrix is lucky to have her wife and twins"]),
@@ -847,7 +847,7 @@ def test_a_chinese_part_about_someone_only_a_pronoun_names_is_cut():
     ("I'm going to make it happen.", []),                               # "it" of an idiom stands for nothing
     ("Doing a budget first makes sense.", []),                          # a verdict, not what the speaker finds
     ("Joining a choir where I'm welcomed, heard and trusted has really helped me.",
-     ["Beatrix found that joining a choir where she is welcomed, heard and trusted has really helped her"]),
+     ["Beatrix found that joining a choir where she is welcomed, heard and trusted has helped her"]),
     ("Honestly don't underestimate the winter.", []),                   # advice to the listener
     ("I had to pause the cello, which I use for calm and focus.",
      ["Beatrix had to pause the cello, which she uses for calm and focus"]),   # the relative clause keeps its thing
@@ -897,7 +897,7 @@ def test_a_chinese_note_asks_only_when_its_own_words_ask():
 def test_cutting_a_part_about_him_keeps_the_words_of_the_rest_apart():
     source = turn(1, "周五 code review 的时候我跟组长提一下，他对缓存这块特别敏感。", speaker="林晓", ts="2026-03-09T09:00:00")
     candidates, _ = extract.extract([source], fake_llm(reply()))
-    assert ["周五 code review 的时候林晓跟组长提一下"] == [codec.canonical_text(c.record) for c in candidates]
+    assert ["林晓周五 code review 的时候跟组长提一下"] == [codec.canonical_text(c.record) for c in candidates]
 
 
 def test_a_time_cut_out_that_leaves_two_sentences_glued_gives_no_note():
@@ -940,3 +940,17 @@ def test_a_name_later_in_a_note_takes_its_verb_as_one_person_does():
                                history=[turn(1, "Any plans for the spring?", speaker="Tobias")])
     assert ["Beatrix is going to keep pursuing her goals and she hopes Tobias does too"] == [
         codec.canonical_text(c.record) for c in candidates]
+
+
+@pytest.mark.parametrize("said, atom, expected", [
+    ("I loved the tarts. After the opening in March you should take a long weekend at the coast.",
+     "Tobias | should take | a long weekend at the coast", "advice to the listener"),
+    ("I tasted them all. With those pastries you can build a loyal crowd at the Saturday market.",
+     "Tobias | can build | a loyal crowd at the Saturday market", "advice to the listener"),
+    ("I remember you moved to Lyon in 2019.", "Tobias | moved to | Lyon in 2019", None),   # his news stays
+])
+def test_advice_and_cheer_for_the_listener_are_no_note_of_theirs(said, atom, expected):
+    before = turn(1, "Long week at the bakery.", speaker="Tobias")
+    candidates, outcomes = model_only([turn(2, said, speaker="Beatrix")], fake_llm(reply(atom)), history=[before])
+    assert (expected, not expected) == (next(iter(outcomes[2].dropped), None), bool(candidates))
+

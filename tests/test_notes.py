@@ -11,6 +11,13 @@ from memdb.settings import Settings
 SHE, HE, THEY = (persons.Pronouns.of(w) for w in ("she", "he", "they"))
 
 
+class NoModel:
+    """A model that writes no note: what a turn gives by the rules alone."""
+
+    def complete(self, *args, **kwargs):
+        return '{"a": []}'
+
+
 @pytest.mark.parametrize("value, pronouns, expected", [
     ("I donated my old bike to a shelter I volunteer at", SHE, "donated her old bike to a shelter she volunteers at"),
     ("I'm training for a race my brother organises", HE, "is training for a race his brother organises"),
@@ -472,11 +479,6 @@ def test_off_to_go_is_what_the_speaker_is_going_to_do():
 def test_what_is_said_to_the_memory_is_noted_without_the_request(said, expected):
     from memdb.extraction.extract import extract
     from memdb.extraction.records import Turn
-
-    class NoModel:
-        def complete(self, *args, **kwargs):
-            return '{"a": []}'
-
     turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-06-10T10:00:00")
     candidates, _ = extract([turn], NoModel(), settings=Settings())
     assert expected == [codec.canonical_text(c.record) for c in candidates]
@@ -592,3 +594,113 @@ def test_each_other_and_glued_clauses(predicate, obj, kept):
 ])
 def test_this_inside_an_object_points_into_the_chat(value, expected):
     assert expected == persons.indefinite("got", value)
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("is super excited about the pottery fair", "is excited about the pottery fair"),   # intensifier
+    ("really believes in second chances", "believes in second chances"),
+    ("is so glad to have a garden", "is glad to have a garden"),                       # so + a feeling
+    ("even went kayaking on the lake", "went kayaking on the lake"),                  # chat adverb + verb
+    ("also lost his keys at the station", "lost his keys at the station"),
+    ("just adopted a kitten", "adopted a kitten"),
+    ("is learning the cello too", "is learning the cello"),                           # a closing "too"
+    ("looks just like her aunt", "looks just like her aunt"),                         # "just like" stays
+    ("enjoys the hikes even more now", "enjoys the hikes even more now"),              # "even more" stays
+    ("saves money so she can travel", "saves money so she can travel"),                # "so" as a joint stays
+])
+def test_an_english_note_says_what_holds_without_the_chats_intensifiers(value, expected):
+    assert expected == persons.plain(value)
+
+
+@pytest.mark.parametrize("phrase, iso, expected", [
+    ("tomorrow", "2026-03-10", "on 10 March 2026"),
+    ("next month", "2026-04", "in April 2026"),
+    ("last year", "2025", "in 2025"),
+    ("since March", "2026-03", "since March"),      # not relative: said as it stays true
+    ("on May 4", "2026-05-04", "on May 4"),
+])
+def test_a_relative_english_time_is_written_as_its_date(phrase, iso, expected):
+    from memdb import timeparse
+    assert expected == timeparse.en_words(phrase, iso)
+
+
+def test_an_english_note_whose_object_is_only_a_relative_time_says_the_day():
+    from memdb.extraction.normalize import attach_time
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="Tobias",
+                content="My gallery opening is tomorrow!", ts="2026-03-09T18:00:00")
+    record = {"subject": "Tobias's gallery opening", "predicate": "is", "object": "tomorrow", "kind": "event"}
+    record = attach_time(record, "tomorrow", turn, "My gallery opening is tomorrow!")
+    assert ("on 10 March 2026", "2026-03-10") == (record["object"], record["date"])
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("我觉得这不仅仅是一张明信片，更是一段回忆", ""),           # 这 points into the chat, and so does its tail
+    ("这让我很开心，我下周去厦门", "我下周去厦门"),
+    ("你也可以再试试睡前泡脚", ""),                              # a suggestion in the chat's voice
+    ("如果有好看的纪录片就告诉我吧", ""),                        # asks the assistant
+    ("我想聊聊最近看的书", ""),                                  # announces the talk
+    ("我做出决定了，会再来找你的", ""),                          # takes the advice
+    ("我上周去了泉州，那里的小吃很多", "我上周去了泉州，那里的小吃很多"),   # 那里 names a place
+    ("那家面馆我每周都去", "那家面馆我每周都去"),
+])
+def test_chinese_pointers_suggestions_and_asks_are_no_note(said, expected):
+    from memdb.extraction import gate
+    assert expected == gate.trim_zh(said, "苏禾")
+
+
+@pytest.mark.parametrize("record", [
+    {"subject": "Tobias", "predicate": "is", "object": "working hard to make everything right"},
+    {"subject": "Tobias", "predicate": "is going to do", "object": "some research"},
+    {"subject": "Tobias", "predicate": "keeps", "object": "facing challenges"},
+])
+def test_a_note_of_only_generic_doings_names_no_fact(record):
+    from memdb.extraction import gate
+    assert "no concrete fact" == gate.judge({**record, "kind": "fact"}, "", {"Tobias"})
+
+
+@pytest.mark.parametrize("record, expected", [
+    ({"subject": "Tobias", "predicate": "will send", "object": "Beatrix a video of the recital"}, "talk about the talk"),
+    ({"subject": "Tobias", "predicate": "will get", "object": "the photos to Beatrix"}, "talk about the talk"),
+    ({"subject": "Tobias", "predicate": "will send", "object": "his CV to the bakery"}, None),   # nobody of the chat
+])
+def test_a_promise_to_the_other_speaker_is_the_chats_next_step(record, expected):
+    from memdb.extraction import gate
+    assert expected == gate.judge({**record, "kind": "event"}, "", {"Tobias", "Beatrix"})
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("我下午去测试环境上试试。", []),                                   # a try of the next hours
+    ("我打算明年去日本看看。", ["苏禾打算2027年去日本看看"]),            # a plan stays
+    ("周二开会的时候我跟组长提一下。", ["苏禾周二开会的时候跟组长提一下"]),  # the name leads a when-clause
+])
+def test_chinese_passing_tries_go_and_the_name_leads_a_when_clause(said, expected):
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+@pytest.mark.parametrize("predicate, obj, expected", [
+    ("is truly", "grateful for the help", ("is", "grateful for the help")),
+    ("even", "found a flat with a garden", ("", "found a flat with a garden")),
+    ("is just", "like her sister", ("is just", "like her sister")),
+])
+def test_an_intensifier_where_predicate_and_object_meet_goes_too(predicate, obj, expected):
+    assert expected == persons.plain_parts(predicate, obj)
+
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("Let's try a new trail. We should plan a hike soon!", []),                         # a proposal
+    ("We can build a kinder town by sharing what we have.", []),                        # cheer
+    ("I'm sure with enough practice, I can win the bake-off.", []),                     # self-cheer
+    ("I can speak three languages.", ["Wren can speak three languages"]),               # an ability stays
+])
+def test_proposals_and_cheer_with_we_or_im_sure_are_no_note(said, expected):
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-06-10T10:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert expected == [codec.canonical_text(c.record) for c in candidates]

@@ -286,6 +286,10 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
     pair = _WITH_ME.match(clause)
     if pair:  # "my partner Emil and I are moving …" → "Ana and her partner Emil are moving …"
         return {"subject": speaker, "predicate": f"and my {pair.group(1)}", "object": pair.group(2)}
+    modals = lexicon.alternation("en", "cheer_modals").pattern
+    if re.match(rf"(?:we|let['’]?s)\s+(?:{modals})", clause, re.I) or re.match(rf"i\s+(?:{modals})", clause, re.I) and re.search(
+            rf"\bI(?:['’]m| am) (?:sure|confident)\b[^.!?]*\b{re.escape(clause[:40])}", content):
+        return None  # "we should plan a dance night", "I'm sure I can make it work": a proposal or cheer, no fact
     if re.match(r"i\b|i['’]", clause, re.I):
         return {"subject": speaker, **_verb_and_rest(persons.drop_leading_i(clause))}
     way = re.match(r"([A-Za-z]+ing(?:\s+[\w'-]+){0,3}?)(?:['’]s|\s+is)\s+(an?\s+(?:[\w-]+\s+){0,2}way to\b.*)$", clause)

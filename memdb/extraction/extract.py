@@ -243,6 +243,9 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
         return None, "the listener's name on the speaker's words"
     if gate.addressed(record, listener):
         return None, "addressed to the listener"
+    if not zh and listener and record["subject"] == listener and lexicon.alternation("en", "encouragements").match(
+            " ".join(record.get(f, "") for f in ("predicate", "object")).strip()):
+        return None, "advice to the listener"  # "you should plan a dance night": the speaker's view of the listener
     why = ground(record, turn.content, names | {speaker}, extractive=extractive)
     if why:
         return None, why
@@ -284,6 +287,9 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
                 r"[a-z]+(?:\s+(?:to|a|an|the|his|her|their|in|on|at|for|with|about|up|out|into|that|this|these|those|"
                 r"it|them|my|our|every|all|some)\b.*)?", predicate):
             record["predicate"] = persons.agree(predicate)  # "Ana | need to" → "needs to" ("gate code is" stays)
+    if not zh:  # after the gate, which reads "is so proud" as a pep talk
+        predicate, obj = persons.plain_parts(record.pop("predicate", ""), record.pop("object", ""))
+        record |= {part: words for part, words in (("predicate", predicate), ("object", obj)) if words}
     record = normalize.attach_time(record, when, turn, sentence)
     said = " ".join(record.get(f, "") for f in ("predicate", "object"))
     if not zh and gate.glued(said):

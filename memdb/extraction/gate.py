@@ -186,19 +186,26 @@ _ZH_SMALL_TALK = re.compile(
     r"|^我?(?:叫|是)我$")
 
 
+# A clause whose subject is 这, 那 or 它 (after "I think"), then its verb or adverb: it speaks of
+# something the chat showed and the note cannot name ("这让我很开心", "我觉得那真的很值").
+_ZH_POINTER = re.compile(r"^(?:我(?:觉得|认为|感觉|相信))?[这那它](?:不|是|让|也|就|真|太|很|可|对|会|都|还|才|确实|实在|一定|应该)")
+
+
 def _zh_request_or_verdict(clause: str) -> bool:
     # "你帮我看看…", "所以你给我写代码…": a request to the assistant; "这个思路可以": a verdict on
     # its answer (lexicon/zh.toml: request_leads, requests, verdicts); "以后可以请你帮我…" asks too.
     leads = lexicon.alternation("zh", "request_leads").pattern
     return bool(re.match(rf"(?:{leads})*(?:{lexicon.alternation('zh', 'requests').pattern})", clause)
                 or "请你" in clause
+                or lexicon.alternation("zh", "asks_for").search(clause) is not None
+                or lexicon.alternation("zh", "suggestions").search(clause) is not None
                 or lexicon.alternation("zh", "about_the_assistant").search(clause) is not None
                 or re.search(rf"(?:{lexicon.alternation('zh', 'verdicts').pattern})$", clause))
 
 
 def trim_zh(value: str, speaker: str) -> str:
     """A Chinese note without its small-talk clauses and emoji ("" when nothing else is left)."""
-    kept = []
+    kept, pointed = [], False
     for clause, sep in _ZH_CLAUSE.findall(value):
         clause = clause.strip()
         probe = clause.replace(speaker, "我")
@@ -211,6 +218,12 @@ def trim_zh(value: str, speaker: str) -> str:
             continue
         if asks or chat or _ZH_SMALL_TALK.search(probe) or _small_talk_zh(probe) or _zh_request_or_verdict(probe):
             continue
+        if _ZH_POINTER.match(probe) or pointed and re.match(r"[更而也还却又](?:是|有|让)", probe):
+            pointed = True  # "这不仅仅是一份礼物，更是…": what 这/那 points at is in the chat, not the note
+            continue
+        pointed = False
+        if lexicon.alternation("zh", "tries").search(probe) and lexicon.alternation("zh", "within_hours").search(probe):
+            continue  # "下午去测试环境上试试": a try of the next hours, stale when the note is read
         if re.fullmatch(r"(?:今天|明天|昨天|后天)是(?:星期|周|礼拜)[一二三四五六日天]", probe):
             continue  # "今天是星期五": a day's name is no fact about anyone
         if re.match(r"(?:今天)?天气", probe) and len(probe) <= 8 or not kept and len(probe) <= 4 and not _concrete(probe, {speaker}):
@@ -402,6 +415,8 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
     others = [n for n in names if n and n not in subject and re.search(rf"\b{re.escape(n)}\b", said)]
     if others and lexicon.alternation("en", "reaction_leads").match(said.strip()):
         return "about the listener"  # "Ana | loves how | Bea paints her mugs": praise of Bea
+    if others and lexicon.alternation("en", "promises").match(said.strip()):
+        return "talk about the talk"  # "Ana | will send | Bea the recipe": the chat's next step
     thing = persons.owner_and_thing(subject)[1]
     if not _concrete(f"{thing} {said}", names):  # "Ana's Oslo trip | is off": the thing is in the subject
         return "no concrete fact"

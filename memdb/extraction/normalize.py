@@ -194,6 +194,11 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
         resolved = timeparse.resolve(when, turn.ts, future)
         if resolved:
             record["date"] = resolved
+            obj = record.get("object", "")
+            if obj and not text.has_cjk(obj) and obj.lower() == when.lower():
+                # "the opening night is | tomorrow": the time is all the object says, and a note
+                # is read later, so it says the day ("is on 10 March 2026")
+                record["object"] = timeparse.en_words(obj, resolved)
             if record["kind"] == "fact" and (len(resolved) == 10 or resolved > turn.ts[: len(resolved)]):
                 record["kind"] = "event"  # a fact pinned to a day, or to a time ahead, is an event
     return record

@@ -276,11 +276,12 @@ def _subject_slot_zh(before: str) -> bool:
 
 
 def _adverbial_zh(rest: str) -> bool:
-    # Nothing but time words, parts of the day, adverbs of time and joining words (or nothing).
+    # Nothing but time words, parts of the day, adverbs of time, when-clauses and joining words (or nothing).
     adverbial = "|".join(lexicon.alternation("zh", name).pattern for name in ("parts_of_day", "subject_joints", "time_adverbs"))
     while rest:
         times = [p for p, _ in timeparse.find(rest, "2000-01-01") if rest.startswith(p)]
-        word = re.match(adverbial, rest)
+        # "开会的时候我…": a when-clause stands where a time word does
+        word = re.match(adverbial, rest) or re.match(r"[^，,。！？我你他她]{1,16}?的时候", rest)
         if not times and not word:
             return False
         rest = rest[len(times[0]) if times else word.end():].lstrip("，, ")
@@ -320,6 +321,33 @@ def spelled_out(value: str) -> str:
         said, written = pair.split("=", 1)
         value = re.sub(rf"(?<![\w'-]){re.escape(said)}(?![\w'-])", written, value, flags=re.I)
     return value
+
+
+def plain(value: str) -> str:
+    """An English note's words as a note-taker writes them: without the intensifiers of chat
+    (en.toml: intensifiers; "is super excited" → "is excited"), "so" before a feeling or a
+    verdict ("is so glad" → "is glad"), the chat adverbs before a verb (en.toml: chat_adverbs;
+    "even went camping" → "went camping") and a closing "too"."""
+    verbs = "|".join(map(re.escape, (*lexicon.words("en", "auxiliaries"), *lexicon.words("en", "past_forms"))))
+    value = re.sub(rf"(?<![\w'-])(?:{lexicon.alternation('en', 'intensifiers').pattern})\s+(?=[a-z])", "", value)
+    feeling = "|".join(map(re.escape, (*lexicon.words("en", "feelings_without_be"), *lexicon.words("en", "evaluative"))))
+    value = re.sub(rf"\bso\s+(?=(?:{feeling})\b)(?!so\b)", "", value)
+    adverbs = "|".join(map(re.escape, lexicon.words("en", "chat_adverbs")))
+    value = re.sub(rf"\b(?:{adverbs})\s+(?=(?:{verbs})\b|[a-z]+ed\b)", "", value)
+    closing_too = re.search(r"(\w+),?\s+too$", value)  # "does too", "me too" say who else: they stay
+    if closing_too and closing_too.group(1).lower() not in {*lexicon.words("en", "auxiliaries"), "me", "us", "them", "her", "him"}:
+        value = value[: closing_too.start(1) + len(closing_too.group(1))]
+    return value
+
+
+def plain_parts(predicate: str, value: str) -> tuple[str, str]:
+    """plain() on a note's predicate and object, and on the word where they meet: "is truly |
+    grateful for …" → "is | grateful for …", "even | found a place" → "" and "found a place"."""
+    predicate, value = plain(predicate), plain(value)
+    last = predicate.split()[-1] if predicate.split() else ""
+    if last and value and plain(f"{last} {value}") == value:
+        predicate = predicate[: -len(last)].rstrip()
+    return predicate, value
 
 
 # ", it looks so cozy", "- it's so heartwarming", ", plus it's fulfilling": a verdict on what
