@@ -9,8 +9,9 @@ ready for `../shared/tools/note_rating.py prepare OUT --atoms en.jsonl --atoms-z
 - English: the atoms of the dev gold files (`bench/atom_quality.py --atoms-dir DIR`:
   dev_locomo.jsonl, dev_dialogue_en.jsonl) and of the whole dev conversations
   (`bench/qa_prepare.py --db-dir DIR --build-only`: conv-*.db).
-- Chinese: the zh dialogue's atoms (dev_dialogue_zh.jsonl) and the MemoryBank-cn dev users'
-  (`bench/memorybank_retrieval.py --built DIR`: *.db).
+- Chinese: the zh dialogue's atoms (dev_dialogue_zh.jsonl) and as many of the MemoryBank-cn dev
+  users' (`bench/memorybank_retrieval.py --built DIR`: *.db), drawn at random (--seed): the
+  issue asks for the dialogue's notes, and the companion chats are what a held-out check reads.
 - Reference: conv-26 sessions 1-4 and conv-30 sessions 1-3, the sessions the gold file labels.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 from pathlib import Path
 
 import apsw
@@ -63,12 +65,14 @@ def main() -> None:
     parser.add_argument("--whole", type=Path, required=True, help="folder of the whole dev conversations' files")
     parser.add_argument("--atoms-dir", type=Path, required=True, help="atoms written by bench/atom_quality.py")
     parser.add_argument("--memorybank", type=Path, default=None, help="folder of the MemoryBank-cn users' files")
+    parser.add_argument("--seed", type=int, default=0, help="which MemoryBank-cn atoms join the Chinese pool")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     english = [*_jsonl_texts(args.atoms_dir / "dev_locomo.jsonl"),
                *_jsonl_texts(args.atoms_dir / "dev_dialogue_en.jsonl"), *_db_texts(args.whole)]
-    chinese = [*_jsonl_texts(args.atoms_dir / "dev_dialogue_zh.jsonl"),
-               *(_db_texts(args.memorybank) if args.memorybank else [])]
+    dialogue = list(dict.fromkeys(_jsonl_texts(args.atoms_dir / "dev_dialogue_zh.jsonl")))
+    companion = list(dict.fromkeys(_db_texts(args.memorybank))) if args.memorybank else []
+    chinese = dialogue + random.Random(args.seed).sample(companion, min(len(dialogue), len(companion)))
     counts = {"en": _write(args.out / "en.jsonl", english), "zh": _write(args.out / "zh.jsonl", chinese)}
     (args.out / "obs.json").write_text(json.dumps(_observations(), ensure_ascii=False, indent=1), encoding="utf-8")
     print(json.dumps(counts | {"reference": len(_observations())}))

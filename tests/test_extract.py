@@ -954,3 +954,9 @@ def test_advice_and_cheer_for_the_listener_are_no_note_of_theirs(said, atom, exp
     candidates, outcomes = model_only([turn(2, said, speaker="Beatrix")], fake_llm(reply(atom)), history=[before])
     assert (expected, not expected) == (next(iter(outcomes[2].dropped), None), bool(candidates))
 
+
+
+def test_a_passive_without_its_be_gets_it():
+    candidates, _ = model_only([turn(1, "I'm painting again, inspired by the autumn colours.")],
+                               fake_llm(reply("Rosalind | inspired by | the autumn colours")))
+    assert ["Rosalind is inspired by the autumn colours"] == texts(candidates)

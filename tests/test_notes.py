@@ -576,7 +576,7 @@ def test_the_listener_is_named_once_then_pronouns():
     ("is supporting", "each other and making things happen", False),   # said of a group the note lost
     ("believes in", "neighbours helping each other", True),
     ("booked", "the van those movers really make it easy", False),
-    ("bets", "they sell out by noon", True),
+    ("bets", "the bakery sells out by noon", True),
     ("can build", "the boat she is imagining", True),   # a clause that tells which boat
 ])
 def test_each_other_and_glued_clauses(predicate, obj, kept):
@@ -702,5 +702,42 @@ def test_proposals_and_cheer_with_we_or_im_sure_are_no_note(said, expected):
     from memdb.extraction.extract import extract
     from memdb.extraction.records import Turn
     turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-06-10T10:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+@pytest.mark.parametrize("record, expected", [
+    ({"subject": "Tobias", "predicate": "started", "object": "when he was young"}, "cut off"),          # started what
+    ({"subject": "Tobias", "predicate": "was glad", "object": "could share his recipe"}, "a word missing"),
+    ({"subject": "Tobias", "predicate": "bets", "object": "they bring lots of joy"}, "names nothing it speaks of"),
+    ({"subject": "Tobias", "predicate": "wants to help", "object": "make that happen"}, "names nothing it speaks of"),
+    ({"subject": "Tobias", "predicate": "will reach", "object": "his dreams"}, "a feeling or a pep talk"),
+    ({"subject": "Tobias", "predicate": "started", "object": "baking bread when he was young"}, None),
+    ({"subject": "Tobias", "predicate": "thinks", "object": "he can run the Lyon marathon"}, None),
+])
+def test_notes_that_lost_a_word_or_point_into_the_chat_are_no_notes(record, expected):
+    from memdb.extraction import gate
+    assert expected == gate.judge({**record, "kind": "fact"}, "", {"Tobias"})
+
+
+def test_we_enjoying_each_others_company_is_a_family_not_a_team():
+    assert "Wren's family" == persons.we_are("we tell stories at home and enjoy each other's company", "Wren")
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("都是同一个学校的，平时关系很好。", []),                           # 都: a group the clause leaves out
+    ("我都三十了，还没学会游泳。", ["苏禾都三十了，还没学会游泳"]),      # 我都: the speaker, "already"
+    ("我会考虑这个的。", []),                                          # takes the advice
+    ("听着是挺不错的，但是我的假期太短了。", ["苏禾的假期太短了"]),      # a verdict, and the joint after it
+    ("往往这会让我更专心。", []),                                      # 这 after an adverb points too
+    ("下次我试试。", []),                                              # a try of some next time
+    ("你好，感谢认识。", []),
+    ("我有一些烦恼。", []),                                            # a trouble without its cause
+    ("我对日语一直很感兴趣。", ["苏禾对日语一直很感兴趣"]),
+])
+def test_chinese_groups_verdicts_and_bare_feelings_are_no_note(said, expected):
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
     candidates, _ = extract([turn], NoModel(), settings=Settings())
     assert expected == [codec.canonical_text(c.record) for c in candidates]

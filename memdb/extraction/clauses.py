@@ -229,6 +229,8 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
         if topic and len(parts) > 2 and "我" not in parts[0]:
             # "家里那只橘猫，三岁了，最近挑食": the first part names what the rest is about, the speaker's
             return {"subject": f"{speaker}的{parts[0][topic.end():]}", "object": "".join(parts[2:])}
+        if re.match(r"都|大家", _zh_opener_free(parts[0])):
+            return None  # "都是同一个公司的": 都 says a group (我们, 他们) the clause leaves out, not the speaker
         for i in range(0, len(parts), 2):
             if not parts[i].startswith("我") and _piece_is_the_speakers(parts[i], first=i == 0) \
                     and not re.match(r"[A-Za-z0-9]", parts[i]) and "我" not in "".join(parts[:i + 1]):

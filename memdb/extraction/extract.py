@@ -287,6 +287,8 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
                 r"[a-z]+(?:\s+(?:to|a|an|the|his|her|their|in|on|at|for|with|about|up|out|into|that|this|these|those|"
                 r"it|them|my|our|every|all|some)\b.*)?", predicate):
             record["predicate"] = persons.agree(predicate)  # "Ana | need to" → "needs to" ("gate code is" stays)
+        if re.fullmatch(r"[a-z]+ed by", predicate):
+            record["predicate"] = f"is {predicate}"  # "Ana | inspired by | autumn": a passive without its "is"
     if not zh:  # after the gate, which reads "is so proud" as a pep talk
         predicate, obj = persons.plain_parts(record.pop("predicate", ""), record.pop("object", ""))
         record |= {part: words for part, words in (("predicate", predicate), ("object", obj)) if words}

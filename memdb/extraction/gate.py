@@ -31,6 +31,13 @@ _PRONOUN_SUBJECTS = frozenset("""he she it they him her them his hers its their 
     somebody we us our you your 他 她 它 他们 她们 它们 这 那 这个 那个 我们 你 你们""".split())
 _DANGLING_END = frozenset("""to the a an of with and or for my your our their its at in on from by as
     that this but so because about into is are was were be been like just allergic""".split())  # "is allergic" to what
+# A verb that needs an object followed by nothing but a time ("started when she was young"): the
+# object was left in the turn.
+_LOST_OBJECT = re.compile(r"(?:started|began|stopped|quit|finished|tried|did|made|loves|likes|enjoys)\s+"
+                          r"(?:when|since|after|before|recently|lately|again|last|as a kid|as a child)\b", re.I)
+# A feeling followed straight by a modal ("was glad could share"): the subject between them is lost.
+_LOST_SUBJECT = re.compile(r"\b(?:glad|happy|sure|proud|excited|thankful|grateful|hoping|hopes)\s+"
+                           r"(?:could|can|would|will|should|might)\b", re.I)
 _GLUED = re.compile(r"\b[A-Za-z]*(?:[A-Za-z]{20,}|[a-z][A-Z][a-z]+[A-Z])[A-Za-z]*\b")
 _REACTION = re.compile(
     r"\b(?:proud of|happy for|glad (?:that )?you|thrilled for|excited for|rooting for|good for|impressed by) you\b"
@@ -188,7 +195,7 @@ _ZH_SMALL_TALK = re.compile(
 
 # A clause whose subject is 这, 那 or 它 (after "I think"), then its verb or adverb: it speaks of
 # something the chat showed and the note cannot name ("这让我很开心", "我觉得那真的很值").
-_ZH_POINTER = re.compile(r"^(?:我(?:觉得|认为|感觉|相信))?[这那它](?:不|是|让|也|就|真|太|很|可|对|会|都|还|才|确实|实在|一定|应该)")
+_ZH_POINTER = re.compile(r"^(?:我(?:觉得|认为|感觉|相信))?(?:往往|其实|可能|也许|确实|有时)?[这那它](?:不|是|让|也|就|真|太|很|可|对|会|都|还|才|确实|实在|一定|应该)")
 
 
 def _zh_request_or_verdict(clause: str) -> bool:
@@ -214,15 +221,17 @@ def trim_zh(value: str, speaker: str) -> str:
         asks = "？" in sep or "?" in sep or probe.endswith(("吗", "咋办", "怎么办"))
         chat = lexicon.alternation("zh", "chat_itself").search(probe) or lexicon.alternation("zh", "question_words").search(probe)
         taken = lexicon.alternation("zh", "takes_advice").search(probe)
-        if taken and len(probe) - len(taken.group(0)) <= 4:  # "我会考虑这些建议": the assistant's advice, taken
+        if taken and len(probe) - len(taken.group(0)) <= 6:  # "我会考虑这些建议": the assistant's advice, taken
             continue
         if asks or chat or _ZH_SMALL_TALK.search(probe) or _small_talk_zh(probe) or _zh_request_or_verdict(probe):
             continue
+        if lexicon.alternation("zh", "verdict_openers").match(probe):
+            continue  # "听着是挺不错的，但是…": a verdict on the listener's words
         if _ZH_POINTER.match(probe) or pointed and re.match(r"[更而也还却又](?:是|有|让)", probe):
             pointed = True  # "这不仅仅是一份礼物，更是…": what 这/那 points at is in the chat, not the note
             continue
         pointed = False
-        if lexicon.alternation("zh", "tries").search(probe) and lexicon.alternation("zh", "within_hours").search(probe):
+        if lexicon.alternation("zh", "tries").search(probe) and lexicon.alternation("zh", "passing_times").search(probe):
             continue  # "下午去测试环境上试试": a try of the next hours, stale when the note is read
         if re.fullmatch(r"(?:今天|明天|昨天|后天)是(?:星期|周|礼拜)[一二三四五六日天]", probe):
             continue  # "今天是星期五": a day's name is no fact about anyone
@@ -231,6 +240,8 @@ def trim_zh(value: str, speaker: str) -> str:
         if kept and (probe.endswith(tuple(lexicon.words("zh", "remark_ends")))
                      or lexicon.alternation("zh", "asides").match(probe) or probe.endswith(tuple(lexicon.words("zh", "aside_ends")))):
             continue  # "…还喜欢潜水和攀岩，五花八门吧", "…，真是一种愉悦的感觉", "…，大麦茶真香": an aside after the fact
+        if not kept:  # "…，但是我的工作太满了" less its first part: the joint points at nothing
+            clause = re.sub(rf"^(?:{lexicon.alternation('zh', 'subject_joints').pattern})[，,]?", "", clause)
         sep = re.sub(r"[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]", "", sep)
         kept.append(clause + (sep[:1] or ("，" if text.has_cjk(clause) else " ")))
     return "".join(kept).strip(" ，,。：:；;—～~…")
@@ -373,7 +384,7 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
         return "advice to the listener"  # "Ana | definitely don't underestimate | …": said to the other person
     if _SECRET_WORDS.search(f"{subject} {said}") or _KEY_SHAPED.search(said):
         return "a secret"
-    if re.fullmatch(r"\s*(?:也)?(?:很|真)?(?:感谢|高兴|开心|好)?(?:能)?认识(?:认识|你|一下)?\s*", said):
+    if re.fullmatch(r"\s*(?:也)?(?:很|真)?(?:感谢|高兴|开心|好)?(?:能)?认识(?:认识|你|一下)?\s*", said.replace(subject, "") if subject else said):
         return "small talk"  # "苏禾 | 感谢 | 认识": glad to meet the listener
     if FIRST_PERSON_WORDS.search(subject) or SECOND_PERSON.search(subject):
         return "first person"  # "Here's a recent sketch I | made | last week": no person to file it under
@@ -392,6 +403,10 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
     last = (record.get("object") or record.get("predicate") or "").lower().split()
     if last and (last[-1] in _DANGLING_END or last[-2:] in (["a", "few"], ["a", "couple"])):
         return "cut off"  # "is planning | a few": a few what
+    if _LOST_OBJECT.match(said.strip()):
+        return "cut off"  # "started | when she was young": started what
+    if _LOST_SUBJECT.search(said):
+        return "a word missing"  # "was glad could share her story": glad she could
     if sentence.rstrip().endswith(("?", "？")) and (
             _ZH_ASKS.search(said) if text.has_cjk(sentence) else _INFO_QUESTION.search(sentence)):
         # (in Chinese the note's own words must ask: a turn's asking clause is cut from the note by trim_zh)
@@ -430,6 +445,9 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
     owner = re.match(r"[A-Z]\w*['’]s\s", subject)  # "Ana's sister drove them": them is Ana, said as "they"
     if pointed and not _names_it(said.strip(), pointed.end()) and not (owner and pointed.group(0).lower().endswith("them")):
         return "names nothing it speaks of"  # "presented | it to leadership": what "it" was, the turn says
+    inner = re.match(rf"(?:{lexicon.alternation('en', 'clause_verbs').pattern})\s+(?:that\s+)?(it|they)\b", said.strip(), re.I)
+    if inner and not (inner.group(1).lower() == "they" and they()):
+        return "names nothing it speaks of"  # "bets | they bring lots of joy": who they are, the turn says
     head = re.split(r",|;|\b(?:and|because|but|so|when|after|before)\b", said)[0]
     pointer = _POINTER.search(head)
     if pointer and not _names_it(head, pointer.end()) and not (pointer.group(0).lower() == "them" and they()):
@@ -454,7 +472,8 @@ def _names_it(said: str, at: int) -> bool:
 # "it", "them" or "this" standing for a thing of the chat (a pronoun, not "this week"): what it
 # is, only the turns around it say.
 _POINTER = re.compile(r"\b(?:it|them|this)\b(?=\s*$|\s*[.!:]|\s+(?:to|for|with|of|in|on|at|out|up|off|down|back|along|over|"
-                      r"again|too|now|next|a lot|more|even|just|really|all|either)\b)", re.I)
+                      r"again|too|now|next|a lot|more|even|just|really|all|either)\b)"
+                      r"|(?<!\bthan )(?<!\bso )\bthat\b(?=\s*$|\s+(?:happen|happens|work|with|to|for|too|again)\b)", re.I)
 # The same words again, or a word again at the end with nothing between but words: "purple
 # color purple color", "paint sunset real sunset", "a part-time job … a part-time job in sales".
 _SAID_TWICE = re.compile(r"\b([\w'-]{4,}\s+[\w'-]{4,})\b.*\b\1\b|\b(\w+\s+\w+)\s+\2\b|\b(\w{3,})\b(?:\s+\w+){0,4}\s+\3\W*$", re.I)
@@ -476,7 +495,10 @@ def _concrete(said: str, names: set[str]) -> bool:
     """Whether the words hold something beyond praise, feelings, small talk and names."""
     if text.has_cjk(said):
         rest = said
-        for word in sorted(_ZH_EVALUATIVE, key=len, reverse=True):
+        vague = (*_ZH_EVALUATIVE, *lexicon.words("zh", "vague_states"))
+        if any(word in rest for word in lexicon.words("zh", "vague_states")):  # "有一些烦恼": degree and time words weigh nothing either
+            vague += (*lexicon.words("zh", "degree_words"), *lexicon.words("zh", "time_adverbs"))
+        for word in sorted(vague, key=len, reverse=True):
             rest = rest.replace(word, "")
         for name in names:
             rest = rest.replace(name, "")

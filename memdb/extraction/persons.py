@@ -185,7 +185,8 @@ def discourse_free(clause: str) -> str:
 def we_are(clause: str, name: str) -> str:
     """Who "we" is in a clause: the speaker's team when it speaks of work, the speaker's family
     when it speaks of home, else the speaker."""
-    low = set(re.findall(r"[\w'-]+", clause.lower()))
+    # "enjoy each other's company" keeps no company
+    low = set(re.findall(r"[\w'-]+", re.sub(r"\b(?:each other['’]s|one another['’]s)\s+company\b", "", clause.lower())))
     if low & set(lexicon.words("en", "work_words")):
         return f"{name}'s team"
     if low & set(lexicon.words("en", "family_words")):
