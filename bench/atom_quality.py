@@ -10,7 +10,9 @@ extracted before the next, so merge / supersede / dedup run as they do in use. T
 not superseded are exported, their L0 turn ids mapped back to gold turn ids, written as JSONL
 (subject and date from the atom's record) and scored with the shared scorer
 (../shared/tools/atom_score.py): recall, strict recall, precision, subject / kind / date accuracy,
-dangling atoms, atoms on turns that should give none, compression. With --limit only the turns
+dangling atoms, atoms on turns that should give none, compression; recall and precision also with
+the superseded atoms (`with_history`: a fact a later turn changed was still taken from its turn,
+and history keeps it). With --limit only the turns
 fed are scored. Seconds per turn: wall time of extract() (model load included) / turns.
 --replay FILE keeps the model's replies in a JSON file keyed by prompt: a second run with the same
 prompts costs no model time, so changes after the model (normalisation, grounding, the gate,
@@ -119,13 +121,14 @@ def run_file(path: Path, args: argparse.Namespace, scorer) -> dict:
             extract_s += time.perf_counter() - started
             print(f"  {conv} {session}: {len(turns)} turns, {dict(+counts)}", file=sys.stderr)
         stats = mem.stats()
-        atoms = [
+        every = [
             {"turns": [gold_of_l0[i] for i in a["turn_ids"]], "text": a["text"], "kind": a["kind"],
              "subject": a["record"].get("subject"), "date": a["record"].get("date"),
              "status": a["status"], "id": a["id"]}
             for conv in dict.fromkeys(t["conv"] for t in data["dialogue"])
-            for a in mem.export(conv) if a["type"] == "atom" and a["status"] != "superseded"
+            for a in mem.export(conv) if a["type"] == "atom"
         ]
+        atoms = [a for a in every if a["status"] != "superseded"]
     atoms_path = Path(args.atoms_dir) / (path.stem + ".jsonl")
     atoms_path.parent.mkdir(parents=True, exist_ok=True)
     atoms_path.write_text("".join(json.dumps(a, ensure_ascii=False) + "\n" for a in atoms), encoding="utf-8")
@@ -137,9 +140,18 @@ def run_file(path: Path, args: argparse.Namespace, scorer) -> dict:
     parts = {name: scorer.score({k: v for k, v in gold.items() if k in fed & part}, atoms,
                                 {k: v for k, v in text_of.items() if k in fed & part})
              for name, part in halves(data).items()}
+    # The same with the superseded atoms, kept in history: a turn's fact that a later turn changed
+    # ("quit coffee" after "three coffees a day") was taken from its turn all the same.
+    with_history = scorer.score({k: v for k, v in gold.items() if k in fed}, every,
+                                {k: v for k, v in text_of.items() if k in fed})
+    history_parts = {name: scorer.score({k: v for k, v in gold.items() if k in fed & part}, every,
+                                        {k: v for k, v in text_of.items() if k in fed & part})
+                     for name, part in halves(data).items()}
     n = len(gold_of_l0)
     return {
         "gold": str(path), "turns": n, **metrics, "halves": parts,
+        "with_history": {m: with_history[m] for m in ("recall", "precision")}
+        | {"halves": {h: {m: p[m] for m in ("recall", "precision")} for h, p in history_parts.items()}},
         "atoms_kept": len(atoms), "atoms_by_status": stats["atoms_by_status"],
         "turns_by_state": stats["turns_by_state"], "extract_counts": dict(counts),
         "seconds": {"add": round(add_s, 1), "extract": round(extract_s, 1),
@@ -199,6 +211,9 @@ def main() -> None:
         print(f"{name:22}" + "".join(f"{r[c]!s:>12}" for c in cols) + f"{r['seconds']['extract_per_turn']!s:>8}")
         for half, m in r["halves"].items():
             print(f"  {half:20}" + "".join(f"{m[c]!s:>12}" for c in cols))
+        h = r["with_history"]
+        print(f"  with superseded atoms: recall {h['recall']} precision {h['precision']}; halves "
+              + ", ".join(f"{k} {v['recall']} / {v['precision']}" for k, v in h["halves"].items()))
     if args.replay:
         print(f"model calls not in the replay file: {args.model.asked}")
     print(f"wrote {out}")
