@@ -960,3 +960,16 @@ def test_a_passive_without_its_be_gets_it():
     candidates, _ = model_only([turn(1, "I'm painting again, inspired by the autumn colours.")],
                                fake_llm(reply("Rosalind | inspired by | the autumn colours")))
     assert ["Rosalind is inspired by the autumn colours"] == texts(candidates)
+
+
+def test_glad_to_meet_you_split_over_two_slots_is_small_talk():
+    candidates, outcomes = model_only([turn(1, "谢谢你，很高兴认识，我最近在学书法。", speaker="林晓")],
+                                      fake_llm(reply("林晓 | 感谢 | 认识")))
+    assert ([], {"small talk": 1}) == (texts(candidates), outcomes[1].dropped)
+
+
+def test_a_trouble_without_its_cause_is_no_note_whatever_day_it_names():
+    said = turn(1, "你好，朋友。今天有一些烦恼，想跟你聊聊。", speaker="林晓")
+    answer = turn(2, "你好呀，发生什么事了？", speaker=None, role="assistant")
+    candidates, _ = extract.extract([said, answer], fake_llm(reply()))
+    assert [] == texts(candidates)

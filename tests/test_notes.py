@@ -741,3 +741,18 @@ def test_chinese_groups_verdicts_and_bare_feelings_are_no_note(said, expected):
     turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
     candidates, _ = extract([turn], NoModel(), settings=Settings())
     assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+def test_we_of_an_unnamed_group_doing_things_together_is_no_note_of_one_person():
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren",
+                content="We sing by the fire and enjoy each other's company.", ts="2026-06-10T10:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert [] == [codec.canonical_text(c.record) for c in candidates]
+
+
+def test_two_predicates_run_together_are_glued():
+    from memdb.extraction import gate
+    assert gate.glued("felt alone was glad she could share her story")
+    assert not gate.glued("was glad she could share her story")

@@ -229,11 +229,11 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
         if topic and len(parts) > 2 and "我" not in parts[0]:
             # "家里那只橘猫，三岁了，最近挑食": the first part names what the rest is about, the speaker's
             return {"subject": f"{speaker}的{parts[0][topic.end():]}", "object": "".join(parts[2:])}
-        if re.match(r"都|大家", _zh_opener_free(parts[0])):
-            return None  # "都是同一个公司的": 都 says a group (我们, 他们) the clause leaves out, not the speaker
         for i in range(0, len(parts), 2):
             if not parts[i].startswith("我") and _piece_is_the_speakers(parts[i], first=i == 0) \
                     and not re.match(r"[A-Za-z0-9]", parts[i]) and "我" not in "".join(parts[:i + 1]):
+                if re.match(r"都|大家", _zh_opener_free(parts[i])):
+                    return None  # "八个人，都是同事": 都 says a group (我们, 他们) the clause leaves out, not the speaker
                 parts[i] = "我" + parts[i]
                 break
             if "我" in parts[i]:
@@ -309,6 +309,8 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
         return {"subject": speaker, "predicate": verb, "object": clause[:1].lower() + clause[1:]}
     if re.match(r"we\b|we['’]", clause, re.I):  # "we use Go" → "Ana's team uses Go"
         group = persons.we_are(clause, speaker)
+        if group == speaker and re.search(r"\b(?:each other|one another)\b", clause, re.I):
+            return None  # "we … enjoy each other's company": a group the clause does not name, not one person
         rest = _we_verb(clause)
         if group != speaker:  # "our family camping trip" of "Ana's family" is theirs, not hers
             rest = re.sub(r"\b(our|us|ourselves)\b", lambda m: {"our": "their", "us": "them"}.get(m.group(1).lower(), "themselves"),

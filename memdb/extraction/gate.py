@@ -363,6 +363,8 @@ def glued(said: str) -> bool:
     space she is imagining" only says which space."""
     if re.search(r"\b(?:this|that)\s+it\s+[a-z]+s\b", said, re.I):
         return True  # "signs like this it brings her joy"
+    if re.search(r"^(?:felt|feels|was|is|were|are|got|gets)\s+[a-z]+\s+(?:was|is|were|are)\s+(?!\w+ing\b)", said, re.I):
+        return True  # "felt alone was glad she could share": two predicates, the stop between them lost
     m = re.search(r"\b([\w'-]+),?\s+(?:they|he|she|we|(?:those|these)\s+[\w'-]+)\s+(?:really\s+|also\s+|just\s+)?"
                   r"(?:get|got|are|were|was|is|have|had|will|make|makes|made|keep|keeps|kept|bring|brings|brought|"
                   r"give|gives|gave|help|helps|helped|mean|means|meant)\b(?!\s+\w+ing\b)", said, re.I)
@@ -384,7 +386,7 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
         return "advice to the listener"  # "Ana | definitely don't underestimate | …": said to the other person
     if _SECRET_WORDS.search(f"{subject} {said}") or _KEY_SHAPED.search(said):
         return "a secret"
-    if re.fullmatch(r"\s*(?:也)?(?:很|真)?(?:感谢|高兴|开心|好)?(?:能)?认识(?:认识|你|一下)?\s*", said.replace(subject, "") if subject else said):
+    if re.fullmatch(r"\s*(?:也)?(?:很|真)?(?:感谢|高兴|开心|好)?(?:能)?认识(?:认识|你|一下)?\s*", (said.replace(subject, "") if subject else said).replace(" ", "")):
         return "small talk"  # "苏禾 | 感谢 | 认识": glad to meet the listener
     if FIRST_PERSON_WORDS.search(subject) or SECOND_PERSON.search(subject):
         return "first person"  # "Here's a recent sketch I | made | last week": no person to file it under
@@ -496,8 +498,9 @@ def _concrete(said: str, names: set[str]) -> bool:
     if text.has_cjk(said):
         rest = said
         vague = (*_ZH_EVALUATIVE, *lexicon.words("zh", "vague_states"))
-        if any(word in rest for word in lexicon.words("zh", "vague_states")):  # "有一些烦恼": degree and time words weigh nothing either
-            vague += (*lexicon.words("zh", "degree_words"), *lexicon.words("zh", "time_adverbs"))
+        if any(word in rest for word in lexicon.words("zh", "vague_states")):  # "今天有一些烦恼": degree and time words weigh nothing either
+            vague += (*lexicon.words("zh", "degree_words"), *lexicon.words("zh", "time_adverbs"),
+                      *(phrase for phrase, _ in timeparse.find(rest, "2000-01-01")))
         for word in sorted(vague, key=len, reverse=True):
             rest = rest.replace(word, "")
         for name in names:
