@@ -756,3 +756,14 @@ def test_two_predicates_run_together_are_glued():
     from memdb.extraction import gate
     assert gate.glued("felt alone was glad she could share her story")
     assert not gate.glued("was glad she could share her story")
+
+
+@pytest.mark.parametrize("record, expected", [
+    ({"subject": "Tobias", "predicate": "doesn't go", "object": "often, only twice a year"}, "cut off"),   # go where
+    ({"subject": "Tobias", "predicate": "has been", "object": "one because he lost his job"}, "cut off"),  # one what
+    ({"subject": "Tobias", "predicate": "goes", "object": "to Lyon often"}, None),
+    ({"subject": "Tobias", "object": "mostly hers thing cello's mostly her thing"}, "says a word twice"),
+])
+def test_notes_missing_where_or_what(record, expected):
+    from memdb.extraction import gate
+    assert expected == gate.judge({**record, "kind": "fact"}, "", {"Tobias"})

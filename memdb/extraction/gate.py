@@ -34,7 +34,9 @@ _DANGLING_END = frozenset("""to the a an of with and or for my your our their it
 # A verb that needs an object followed by nothing but a time ("started when she was young"): the
 # object was left in the turn.
 _LOST_OBJECT = re.compile(r"(?:started|began|stopped|quit|finished|tried|did|made|loves|likes|enjoys)\s+"
-                          r"(?:when|since|after|before|recently|lately|again|last|as a kid|as a child)\b", re.I)
+                          r"(?:when|since|after|before|recently|lately|again|last|as a kid|as a child)\b"
+                          r"|(?:does(?:n['’]t| not)\s+|do(?:n['’]t| not)\s+)?go(?:es)?\s+(?:often|much|anymore|usually|every)\b"
+                          r"|(?:is|was|has been|had been)\s+one\s*(?:$|because|since|so|but|and)\b", re.I)
 # A feeling followed straight by a modal ("was glad could share"): the subject between them is lost.
 _LOST_SUBJECT = re.compile(r"\b(?:glad|happy|sure|proud|excited|thankful|grateful|hoping|hopes)\s+"
                            r"(?:could|can|would|will|should|might)\b", re.I)
@@ -454,7 +456,7 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
     pointer = _POINTER.search(head)
     if pointer and not _names_it(head, pointer.end()) and not (pointer.group(0).lower() == "them" and they()):
         return "names nothing it speaks of"  # "is pretty proud | of it", "is going to try | it out"
-    if _SAID_TWICE.search(said):
+    if _SAID_TWICE.search(said) or _SAID_TWICE.search(re.sub(r"['’]s\b|(?<=\bher)s\b", "", said)):
         return "says a word twice"  # "loves | that purple color purple color": a small model's stutter
     if re.search(r"^(?:shares?|shared) (?:a |an )?(?:photo|pic|picture|photography)|\bshares? a photo$"
                  r"|\bhere(?:'s| is) (?:a |the )?(?:photo|pic|picture)", said, re.I):
