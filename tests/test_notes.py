@@ -767,3 +767,24 @@ def test_two_predicates_run_together_are_glued():
 def test_notes_missing_where_or_what(record, expected):
     from memdb.extraction import gate
     assert expected == gate.judge({**record, "kind": "fact"}, "", {"Tobias"})
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("周五晚上小满有钢琴课…啊不对，是美术课", "周五晚上小满有美术课"),    # the corrected word stands
+    ("苏禾下周三去…不对，是下周四去杭州", "苏禾下周三去…不对，是下周四去杭州"),  # nothing it plainly replaces: as said
+])
+def test_a_chinese_word_corrected_in_the_next_breath_is_replaced(value, expected):
+    from memdb.extraction import gate
+    assert expected == gate.corrected_zh(value)
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("我确实打算明年考个驾照。", ["苏禾打算2027年考个驾照"]),
+    ("我真的很喜欢爬山。", ["苏禾很喜欢爬山"]),
+])
+def test_chinese_emphasis_after_the_speaker_goes(said, expected):
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert expected == [codec.canonical_text(c.record) for c in candidates]

@@ -212,11 +212,32 @@ def _zh_request_or_verdict(clause: str) -> bool:
                 or re.search(rf"(?:{lexicon.alternation('zh', 'verdicts').pattern})$", clause))
 
 
+# "…钢琴课…啊不对，是美术课": a word said, then corrected in the next breath.
+_ZH_CORRECTION = re.compile(r"[…。.，,\s]*(?:啊|哦|呃)?不对(?:不对)?[，,]\s*是([\u4e00-\u9fff]{1,6})(?=$|[，,。！？])")
+
+
+def corrected_zh(value: str) -> str:
+    """A Chinese note as its speaker corrected it ("朵朵有钢琴课…啊不对，是美术课" → "朵朵有美术课"):
+    the corrected word stands where the word it replaces (as long, with the same last character)
+    did; a correction that matches nothing before it is left as said."""
+    m = _ZH_CORRECTION.search(value)
+    if not m:
+        return value
+    right, before = m.group(1), value[: m.start()]
+    if len(before) >= len(right) and before[-1] == right[-1]:
+        return before[: -len(right)] + right + value[m.end():]
+    return value
+
+
 def trim_zh(value: str, speaker: str) -> str:
     """A Chinese note without its small-talk clauses and emoji ("" when nothing else is left)."""
+    value = corrected_zh(value)
     kept, pointed = [], False
     for clause, sep in _ZH_CLAUSE.findall(value):
         clause = clause.strip()
+        # "我确实打算…" → "我打算…" (zh.toml: intensifiers)
+        clause = re.sub(rf"^((?:我|{re.escape(speaker)})(?:也|还)?)(?:{lexicon.alternation('zh', 'intensifiers').pattern})(?=.)",
+                        r"\1", clause) if speaker else clause
         probe = clause.replace(speaker, "我")
         clause = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", clause)
         probe = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", probe)
