@@ -774,8 +774,7 @@ def test_notes_missing_where_or_what(record, expected):
     ("苏禾下周三去…不对，是下周四去杭州", "苏禾下周三去…不对，是下周四去杭州"),  # nothing it plainly replaces: as said
 ])
 def test_a_chinese_word_corrected_in_the_next_breath_is_replaced(value, expected):
-    from memdb.extraction import gate
-    assert expected == gate.corrected_zh(value)
+    assert expected == persons.corrected_zh(value)
 
 
 @pytest.mark.parametrize("said, expected", [
@@ -783,6 +782,19 @@ def test_a_chinese_word_corrected_in_the_next_breath_is_replaced(value, expected
     ("我真的很喜欢爬山。", ["苏禾很喜欢爬山"]),
 ])
 def test_chinese_emphasis_after_the_speaker_goes(said, expected):
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("帮我记一下：周六上午小满有游泳课。", ["苏禾记下：周六上午小满有游泳课"]),     # about someone else, asked to keep
+    ("另外帮我记一下：下周四晚上小满有钢琴课……啊不对，是美术课。", ["苏禾记下：2026年9月24日晚上小满有美术课"]),
+    ("帮我写个查询，数据量几千万行。", []),                                        # a request for help keeps nothing
+])
+def test_what_a_chinese_speaker_asks_the_memory_to_keep_is_their_note(said, expected):
     from memdb.extraction.extract import extract
     from memdb.extraction.records import Turn
     turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")

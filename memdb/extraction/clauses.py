@@ -45,6 +45,7 @@ def notes(content: str, speaker: str, names: set[str], covered: set[str], ts: st
     """Records ({"subject", "object"}) for the statements of content that no held note covers
     (covered: the content terms of the model's notes)."""
     zh = text.has_cjk(content)
+    content = persons.corrected_zh(content) if zh else content
     found, covered = [], set(covered)
     person = None  # in Chinese, the last person a clause named: who a following "她" is
     thing = subject = None  # in English, what the clause before ended on and opened with: what "it" stands for

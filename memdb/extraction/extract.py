@@ -254,7 +254,9 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
         if not trimmed:
             return None, "small talk"
         if extractive and record["subject"] == speaker and trimmed != record["object"] and not clauses.speaker_says_zh(trimmed):
-            return None, "not about the speaker"  # "帮我写个查询，数据量几千万行" less its request
+            if not lexicon.alternation("zh", "remember_requests").search(record["object"].split(trimmed[:4])[0]):
+                return None, "not about the speaker"  # "帮我写个查询，数据量几千万行" less its request
+            trimmed = f"{speaker}记下：{trimmed}"  # "帮我记一下：周六小满有游泳课": what the speaker asked to keep
         record["object"] = trimmed
     if not zh:  # chat words spelled out before persons are named ("me-time" → "time for myself" → "… herself")
         split = re.match(r"(['’](?:t|s|re|ve|ll|d|m))\s+(.*)", record.get("object", ""))

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from .. import text, timeparse
 from . import lexicon, persons
-from .persons import Pronouns
+from .persons import Pronouns, corrected_zh
 from .prefilter import FIRST_PERSON_WORDS, PHATIC_WORDS, SECOND_PERSON
 
 # Words that praise, feel or react: a line made only of them (and names) holds no fact.
@@ -212,23 +212,6 @@ def _zh_request_or_verdict(clause: str) -> bool:
                 or re.search(rf"(?:{lexicon.alternation('zh', 'verdicts').pattern})$", clause))
 
 
-# "…钢琴课…啊不对，是美术课": a word said, then corrected in the next breath.
-_ZH_CORRECTION = re.compile(r"[…。.，,\s]*(?:啊|哦|呃)?不对(?:不对)?[，,]\s*是([\u4e00-\u9fff]{1,6})(?=$|[，,。！？])")
-
-
-def corrected_zh(value: str) -> str:
-    """A Chinese note as its speaker corrected it ("朵朵有钢琴课…啊不对，是美术课" → "朵朵有美术课"):
-    the corrected word stands where the word it replaces (as long, with the same last character)
-    did; a correction that matches nothing before it is left as said."""
-    m = _ZH_CORRECTION.search(value)
-    if not m:
-        return value
-    right, before = m.group(1), value[: m.start()]
-    if len(before) >= len(right) and before[-1] == right[-1]:
-        return before[: -len(right)] + right + value[m.end():]
-    return value
-
-
 def trim_zh(value: str, speaker: str) -> str:
     """A Chinese note without its small-talk clauses and emoji ("" when nothing else is left)."""
     value = corrected_zh(value)
@@ -284,7 +267,7 @@ def pieced_together(record: dict, content: str, speaker: str, listener: str | No
     clause (clauses.notes) says it better."""
     persons = re.compile("|".join(map(re.escape, filter(None, [speaker, listener]))) + "|我们|我|他|她" if speaker
                          else "我们|我|他|她")
-    said = persons.sub("", _named(content, speaker, listener, True))
+    said = persons.sub("", _named(corrected_zh(content), speaker, listener, True))  # as the speaker corrected it
     value = persons.sub("", record.get("object", ""))
     for phrase, _ in timeparse.find(value, ts):
         value = value.replace(phrase, " ")

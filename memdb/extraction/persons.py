@@ -264,6 +264,23 @@ def third_person_zh(value: str, name: str, *, named: bool, pronoun: str = "") ->
     return value
 
 
+# "…钢琴课…啊不对，是美术课": a word said, then corrected in the next breath.
+_ZH_CORRECTION = re.compile(r"[…。.，,\s]*(?:啊|哦|呃)?不对(?:不对)?[，,]\s*是([\u4e00-\u9fff]{1,6})(?=$|[，,。！？])")
+
+
+def corrected_zh(value: str) -> str:
+    """A Chinese note as its speaker corrected it ("朵朵有钢琴课…啊不对，是美术课" → "朵朵有美术课"):
+    the corrected word stands where the word it replaces (as long, with the same last character)
+    did; a correction that matches nothing before it is left as said."""
+    m = _ZH_CORRECTION.search(value)
+    if not m:
+        return value
+    right, before = m.group(1), value[: m.start()]
+    if len(before) >= len(right) and before[-1] == right[-1]:
+        return before[: -len(right)] + right + value[m.end():]
+    return value
+
+
 def _subject_slot_zh(before: str) -> bool:
     """Whether 我 after `before` stands where the note's subject does: after nothing but time
     words and joining words ("有时我", "但是下周我"), or after one short comma-part that leaves
