@@ -800,3 +800,19 @@ def test_what_a_chinese_speaker_asks_the_memory_to_keep_is_their_note(said, expe
     turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
     candidates, _ = extract([turn], NoModel(), settings=Settings())
     assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("我很喜欢这种风格。", []),                                                # which style: the chat showed it
+    ("我跟老板聊过这个问题。", []),
+    ("我是无肉不欢那种。", ["苏禾是无肉不欢那种"]),                             # a kind, not a pointer
+    ("泉州那个展我不去了。", ["泉州那个展苏禾不去了"]),                         # 泉州 names it
+    ("我最近看了一部纪录片，它讲的是深海。", ["苏禾最近看了一部纪录片，它讲的是深海"]),  # 它 has its noun before
+    ("我的周末排得满满的，时间很不够用啊。", ["苏禾的周末排得满满的，时间很不够用"]),    # the closing particle goes
+])
+def test_chinese_pointers_after_a_verb_and_closing_particles(said, expected):
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert expected == [codec.canonical_text(c.record) for c in candidates]

@@ -200,6 +200,13 @@ _ZH_SMALL_TALK = re.compile(
 _ZH_POINTER = re.compile(r"^(?:我(?:觉得|认为|感觉|相信))?(?:往往|其实|可能|也许|确实|有时)?[这那它](?:不|是|让|也|就|真|太|很|可|对|会|都|还|才|确实|实在|一定|应该)")
 
 
+# 这种, 这个, 那些 … or 它 after a verb (or opening it) in a Chinese note's first clause: a thing the
+# chat showed, not named in the note ("这个月" is a time; "杭州那个会" names it; "无辣不欢那种" is a kind).
+_ZH_POINTED = re.compile(r"(?:^|过|了|着|喜欢|爱|面对|对|把|和|跟|觉得|认为|穿上|用|买了?)"
+                         r"(?:这种|这个|这些|这样的|那个|那些|那种|这件|那件|它(?!们))"
+                         r"(?!月|周|星期|礼拜|季度|学期|年|假期|时候|时|样子|[，,。！？]|$)")
+
+
 def _zh_request_or_verdict(clause: str) -> bool:
     # "你帮我看看…", "所以你给我写代码…": a request to the assistant; "这个思路可以": a verdict on
     # its answer (lexicon/zh.toml: request_leads, requests, verdicts); "以后可以请你帮我…" asks too.
@@ -250,7 +257,8 @@ def trim_zh(value: str, speaker: str) -> str:
             clause = re.sub(rf"^(?:{lexicon.alternation('zh', 'subject_joints').pattern})[，,]?", "", clause)
         sep = re.sub(r"[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F\u200D]", "", sep)
         kept.append(clause + (sep[:1] or ("，" if text.has_cjk(clause) else " ")))
-    return "".join(kept).strip(" ，,。：:；;—～~…")
+    # "…时间很不够用啊": a particle of speech closing the note goes
+    return re.sub(r"(?<=[\u4e00-\u9fff])[啊呢哦呀啦嘛](?=[\s，,。！？!?]*$)", "", "".join(kept)).strip(" ，,。：:；;—～~…")
 
 
 def _small_talk_zh(clause: str) -> bool:
@@ -402,6 +410,8 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
     body = re.sub(rf"^{re.escape(subject)}[，,\s]*", "", record.get("object", "")) if subject else record.get("object", "")
     if subject.lower() in _PRONOUN_SUBJECTS or re.match(r"[他她它](?!们)", body) and not record.get("predicate"):
         return "pronoun subject"  # "他下个月交接": 他 opens the Chinese note, whoever the subject is
+    if text.has_cjk(said) and _ZH_POINTED.search(re.split(r"[，,。；;]", said.strip())[0]):
+        return "names nothing it speaks of"  # "很喜欢这种气质", "交流过这个问题": which one, the chat said
     if SECOND_PERSON.search(said):
         return "addressed to the listener"
     if FIRST_PERSON_WORDS.search(said):
