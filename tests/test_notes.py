@@ -816,3 +816,37 @@ def test_chinese_pointers_after_a_verb_and_closing_particles(said, expected):
     turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
     candidates, _ = extract([turn], NoModel(), settings=Settings())
     assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("周五晚上7点提醒我一下。", ["周五晚上7点要提醒苏禾一下"]),           # a reminder asked for, kept as one
+    ("明天提醒我给外婆打电话。", ["2026年9月17日要提醒苏禾给外婆打电话"]),
+    ("记得提醒我浇花。", ["记得提醒苏禾浇花"]),                            # not after a time: as said
+])
+def test_a_chinese_reminder_asked_for_is_kept_as_one(said, expected):
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("felt proud coaching and cheering them", "names nothing it speaks of"),   # them: who, the chat said
+    ("is going to miss her", "names nothing it speaks of"),
+    ("visited his sister and helped her", None),                               # her: his sister
+    ("loves Lyon and visits it often", None),                                  # it: Lyon
+])
+def test_a_pronoun_closing_a_note_must_stand_for_something_in_it(said, expected):
+    from memdb.extraction import gate
+    assert expected == gate.judge({"subject": "Tobias", "object": said, "kind": "fact"}, "", {"Tobias"})
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("别用框架，我们的脚本一律手写。", "我们的脚本一律手写"),     # said to the listener, then as a fact
+    ("别用框架。", "别用框架"),                                   # alone, it is the rule itself
+    ("别人都说我做饭好吃。", "别人都说我做饭好吃"),               # 别人 is somebody
+])
+def test_a_chinese_do_not_said_to_the_listener_before_the_fact_goes(said, expected):
+    from memdb.extraction import gate
+    assert expected == gate.trim_zh(said, "苏禾")

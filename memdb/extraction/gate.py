@@ -203,8 +203,8 @@ _ZH_POINTER = re.compile(r"^(?:我(?:觉得|认为|感觉|相信))?(?:往往|其
 # 这种, 这个, 那些 … or 它 after a verb (or opening it) in a Chinese note's first clause: a thing the
 # chat showed, not named in the note ("这个月" is a time; "杭州那个会" names it; "无辣不欢那种" is a kind).
 _ZH_POINTED = re.compile(r"(?:^|过|了|着|喜欢|爱|面对|对|把|和|跟|觉得|认为|穿上|用|买了?)"
-                         r"(?:这种|这个|这些|这样的|那个|那些|那种|这件|那件|它(?!们))"
-                         r"(?!月|周|星期|礼拜|季度|学期|年|假期|时候|时|样子|[，,。！？]|$)")
+                         r"(?:(?:这种|这个|这些|这样的|那个|那些|那种|这件|那件)(?!月|周|星期|礼拜|季度|学期|年|假期|时候|时|样子|[，,。！？]|$)"
+                         r"|它(?!们))")
 
 
 def _zh_request_or_verdict(clause: str) -> bool:
@@ -223,11 +223,18 @@ def trim_zh(value: str, speaker: str) -> str:
     """A Chinese note without its small-talk clauses and emoji ("" when nothing else is left)."""
     value = corrected_zh(value)
     kept, pointed = [], False
-    for clause, sep in _ZH_CLAUSE.findall(value):
+    parts = _ZH_CLAUSE.findall(value)
+    for at, (clause, sep) in enumerate(parts):
         clause = clause.strip()
         # "我确实打算…" → "我打算…" (zh.toml: intensifiers)
         clause = re.sub(rf"^((?:我|{re.escape(speaker)})(?:也|还)?)(?:{lexicon.alternation('zh', 'intensifiers').pattern})(?=.)",
                         r"\1", clause) if speaker else clause
+        # "周三晚上8点提醒我一下": a reminder asked for, kept as one ("…要提醒苏禾一下")
+        remind = re.match(rf"([^，,。]{{0,12}}?)提醒(?=我|{re.escape(speaker)})", clause) if speaker else None
+        if remind and persons._adverbial_zh(re.sub(r"[0-9一二三四五六七八九十]{1,3}点(?:半|[0-9]{1,2}分?)?|(?:周|星期|礼拜)[一二三四五六日天]",
+                                                    "", remind.group(1))):
+            # only a time (a weekday, a clock time) before it: "记得提醒我" stays
+            clause = f"{remind.group(1)}要{clause[len(remind.group(1)):]}"
         probe = clause.replace(speaker, "我")
         clause = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", clause)
         probe = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", probe)
@@ -240,6 +247,8 @@ def trim_zh(value: str, speaker: str) -> str:
             continue
         if lexicon.alternation("zh", "verdict_openers").match(probe):
             continue  # "听着是挺不错的，但是…": a verdict on the listener's words
+        if at == 0 and len(parts) > 1 and re.match(r"(?:千万|可)?(?:别|不要)(?!人|的)", probe):
+            continue  # "别上 ORM，我们数据层一律手写 SQL": said to the listener; the next clause says it as a fact
         if _ZH_POINTER.match(probe) or pointed and re.match(r"[更而也还却又](?:是|有|让)", probe):
             pointed = True  # "这不仅仅是一份礼物，更是…": what 这/那 points at is in the chat, not the note
             continue
@@ -470,6 +479,10 @@ def judge(record: dict, sentence: str, names: set[str], *, they: Callable[[], bo
     pointer = _POINTER.search(head)
     if pointer and not _names_it(head, pointer.end()) and not (pointer.group(0).lower() == "them" and they()):
         return "names nothing it speaks of"  # "is pretty proud | of it", "is going to try | it out"
+    end = _END_POINTER.search(said.strip())
+    if end and not _names_it(said.strip(), end.start()) and not _END_ANTECEDENT[end.group(1).lower() in ("her", "him")].search(
+            said.strip()[: end.start()]):
+        return "names nothing it speaks of"  # "felt fulfilled guiding and supporting | them", "is going to miss | her"
     if _SAID_TWICE.search(said) or _SAID_TWICE.search(re.sub(r"['’]s\b|(?<=\bher)s\b", "", said)):
         return "says a word twice"  # "loves | that purple color purple color": a small model's stutter
     if re.search(r"^(?:shares?|shared) (?:a |an )?(?:photo|pic|picture|photography)|\bshares? a photo$"
@@ -492,6 +505,14 @@ def _names_it(said: str, at: int) -> bool:
 _POINTER = re.compile(r"\b(?:it|them|this)\b(?=\s*$|\s*[.!:]|\s+(?:to|for|with|of|in|on|at|out|up|off|down|back|along|over|"
                       r"again|too|now|next|a lot|more|even|just|really|all|either)\b)"
                       r"|(?<!\bthan )(?<!\bso )\bthat\b(?=\s*$|\s+(?:happen|happens|work|with|to|for|too|again)\b)", re.I)
+# "it", "them", "her" or "him" closing a note (give or take "now", "too"): someone or something
+# the chat named, not the note.
+_END_POINTER = re.compile(r"\b(it|them|her|him)(?:\s+(?:now|too|again|all|so much|a lot))?\W*$", re.I)
+# What a closing pronoun may stand for inside the note: a thing with its determiner ("repainted the
+# shed and loved it"), or, for her/him, the subject said as she/he or a person of theirs ("where
+# she is welcomed … has helped her", "visited his sister and helped her").
+_END_ANTECEDENT = {False: re.compile(r"\b(?:the|a|an|his|her|their|my|its|some|this)\s+[\w'-]+", re.I),
+                   True: re.compile(rf"\b(?:she|he|his|her|{'|'.join(lexicon.words('en', 'relations'))})s?\b", re.I)}
 # The same words again, or a word again at the end with nothing between but words: "purple
 # color purple color", "paint sunset real sunset", "a part-time job … a part-time job in sales".
 _SAID_TWICE = re.compile(r"\b([\w'-]{4,}\s+[\w'-]{4,})\b.*\b\1\b|\b(\w+\s+\w+)\s+\2\b|\b(\w{3,})\b(?:\s+\w+){0,4}\s+\3\W*$", re.I)
