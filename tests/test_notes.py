@@ -850,3 +850,20 @@ def test_a_pronoun_closing_a_note_must_stand_for_something_in_it(said, expected)
 def test_a_chinese_do_not_said_to_the_listener_before_the_fact_goes(said, expected):
     from memdb.extraction import gate
     assert expected == gate.trim_zh(said, "苏禾")
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("lock_timeout 事后已经加上了。", ["lock_timeout 苏禾事后已经加上了"]),   # a Latin topic first, the speaker after it
+    ("我现在很好奇，会说多少种语言。", []),                                    # a question without its mark, a bare feeling
+])
+def test_chinese_latin_topics_and_unmarked_questions(said, expected):
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+def test_you_know_before_the_speakers_fact_goes():
+    from memdb.extraction import gate
+    assert "苏禾喜欢拍照和摄影" == gate.trim_zh("你知道苏禾喜欢拍照和摄影", "苏禾")

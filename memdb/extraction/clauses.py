@@ -237,6 +237,11 @@ def _zh_record(clause: str, speaker: str, others: list[str]) -> dict:
                     return None  # "八个人，都是同事": 都 says a group (我们, 他们) the clause leaves out, not the speaker
                 parts[i] = "我" + parts[i]
                 break
+            topic = re.match(r"[A-Za-z0-9_.-]+\s*(?=[\u4e00-\u9fff])", parts[i])
+            if topic and i == 0 and "我" not in parts[i]:
+                # "statement_timeout 事后已经加上了": a Latin topic first, the speaker after it
+                parts[i] = f"{topic.group(0)}我{parts[i][topic.end():]}"
+                break
             if "我" in parts[i]:
                 break
         clause = "".join(parts)

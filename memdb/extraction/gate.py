@@ -235,6 +235,7 @@ def trim_zh(value: str, speaker: str) -> str:
                                                     "", remind.group(1))):
             # only a time (a weekday, a clock time) before it: "记得提醒我" stays
             clause = f"{remind.group(1)}要{clause[len(remind.group(1)):]}"
+        clause = re.sub(rf"^你?知道(?=我|{re.escape(speaker)})", "", clause) if speaker else clause  # "(你)知道我喜欢…": what I like
         probe = clause.replace(speaker, "我")
         clause = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", clause)
         probe = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", probe)
