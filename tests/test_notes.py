@@ -867,3 +867,14 @@ def test_chinese_latin_topics_and_unmarked_questions(said, expected):
 def test_you_know_before_the_speakers_fact_goes():
     from memdb.extraction import gate
     assert "苏禾喜欢拍照和摄影" == gate.trim_zh("你知道苏禾喜欢拍照和摄影", "苏禾")
+
+
+@pytest.mark.parametrize("record, expected", [
+    ({"subject": "Beatrix", "predicate": "will watch", "object": "Tobias's routine"}, "talk about the talk"),
+    ({"subject": "Beatrix", "predicate": "has been running", "object": "longer since her last chat"}, "talk about the talk"),
+    ({"subject": "Beatrix", "predicate": "is giving", "object": "her voice and making a real difference"}, "a feeling or a pep talk"),
+    ({"subject": "Beatrix", "predicate": "will watch", "object": "the eclipse from Lyon"}, None),
+])
+def test_the_chats_next_step_and_making_a_difference_are_no_notes(record, expected):
+    from memdb.extraction import gate
+    assert expected == gate.judge({**record, "kind": "fact"}, "", {"Beatrix", "Tobias"})
