@@ -878,3 +878,30 @@ def test_you_know_before_the_speakers_fact_goes():
 def test_the_chats_next_step_and_making_a_difference_are_no_notes(record, expected):
     from memdb.extraction import gate
     assert expected == gate.judge({**record, "kind": "fact"}, "", {"Beatrix", "Tobias"})
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("My partner Ellis and I are moving to Lyon! He landed a job at a school out there.",
+     ["Wren and their partner Ellis are moving to Lyon", "Ellis landed a job at a school out there"]),   # he: Ellis
+    ("I'd love to try it, but again: nothing with client data goes to an outside API.",
+     ["Wren's rule: nothing with client data goes to an outside API"]),                                    # "again:" opens it
+])
+def test_he_for_a_person_the_turn_named_and_a_rule_after_again(said, expected):
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-06-10T10:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert expected == [codec.canonical_text(c.record) for c in candidates]
+
+
+@pytest.mark.parametrize("said, expected", [
+    ("I added ginger to the recipe.", ["Wren added ginger to the recipe"]),            # "added" a thing: no report
+    ("So, the sourdough: I fed the starter twice and it won 2 ribbons.",
+     ["Wren fed the starter twice", "Wren's sourdough won 2 ribbons"]),                 # it: the topic named first
+])
+def test_a_reporting_verb_with_a_thing_and_it_for_the_topic(said, expected):
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-06-10T10:00:00")
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    assert expected == [codec.canonical_text(c.record) for c in candidates]

@@ -96,6 +96,11 @@ def _it_named(clause: str, thing: str | None, subject: str | None) -> tuple[str,
     nouns_only = lambda phrase: phrase and phrase.split()[-1].lower() not in lexicon.words("en", "not_a_thing") \
         and not timeparse.find(phrase, "2000-01-01")
     thing = last.group(1) if last and nouns_only(last.group(1)) and not re.search(r"[^s]s$", last.group(1)) else None
+    topic = re.fullmatch(r"(?:the|my|our)\s+[\w'-]+(?:\s+[\w'-]+){0,3}", clause.strip(" .!:;"), re.I)
+    if topic and nouns_only(topic.group(0)):
+        return clause, thing, topic.group(0)  # "So, the pricing model: I added … and it jumped": what the talk is about
+    if re.match(r"(?:i|we)\b", clause, re.I) and not first:
+        return clause, thing, subject  # the speaker's doing in between ("I added …") leaves the topic standing
     subject = first.group(1) if first and nouns_only(first.group(1)) \
         and first.group(1).split()[0].lower() not in lexicon.words("en", "pronoun_subjects") and \
         first.group(1).split()[0].lower() not in ("i", "it", "this", "that", "there", "here", "what", "which", "who") else None
@@ -185,6 +190,8 @@ def _states_something(clause: str, zh: bool, ts: str) -> bool:
     own = _OWN_SUBJECT.match(opened)
     if own and (len(terms) >= 3 or slots.read("", persons.drop_leading_i(opened)).get("attribute")):
         return True  # "I just launched an ad campaign for my store", "I'm vegetarian": the speaker's own
+    if re.match(r"(?:he|she)\s", opened, re.I) and len(terms) >= 3:
+        return True  # "He landed a job at a school": someone the turn named (_as_record says who, or nothing)
     if len(terms) >= 3 and re.search(r"\b(?:me|my|myself)\b", clause, re.I):
         return True  # "Contemporary dance really speaks to me": something that acts on the speaker
     return bool(_DURABLE.search(clause) or _ENTITY.search(clause) or timeparse.find(clause, ts))
@@ -339,7 +346,7 @@ def _en_record(clause: str, speaker: str, names: set[str], others: list[str], co
             and not re.search(r"(?:\b(?:is|are|were)\s+|['’]s\s+)\w+ing\b", clause):  # "All the work's paying off": news, no rule
         # "No hosted APIs, no pasting rows into web tools": a rule, and whose it is
         return {"subject": f"{speaker}'s rule:", "object": clause[:1].lower() + clause[1:]}
-    thing = re.match(r"^((?:[\w'-]+\s+){0,4}?[\w'-]+)\s+(?=(?:%s)\b)(.+)$" % _verbs(), clause, re.I)
+    thing = re.match(r"^((?:[\w'-]+\s+){0,4}?[\w'-]+)\s+(?=(?:%s|[a-z]+ed)\b)(.+)$" % _verbs(), clause, re.I)
     if thing and _no_thing(thing.group(1)):
         thing = None  # "Next Friday works", "Never had a chance": a time or an adverb, not a thing
     if thing and (rule or _ENTITY.search(clause) or timeparse.find(thing.group(2), "2000-01-01")

@@ -195,6 +195,13 @@ def _count(outcome: Outcome, why: str) -> None:
     outcome.dropped[key] = outcome.dropped.get(key, 0) + 1
 
 
+# What a reporting verb reports when it is a clause ("says | I sold my car", "说 | 我下周去杭州"), not a
+# thing ("added | seasonality features", "wrote | a novel").
+_SAID_CLAUSE = re.compile(r"that\b|(?:i|he|she|they|we|it|you|[A-Z][a-z]+)(?:['’]\w+)?\s+(?:[a-z]+ed|is|are|was|were|am|has|have|"
+                          r"had|will|would|can|could|should|must|do|does|did|don['’]t|doesn['’]t|didn['’]t|[a-z]+s)\b"
+                          r"|[\u4e00-\u9fff]")
+
+
 def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str | None,
                settings: Settings, pronouns: Pronouns_of, *,
                extractive: bool = False) -> tuple[Candidate | None, str | None]:
@@ -207,7 +214,7 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
         if atom.get(part):
             record[part] = atom[part]
     reporting = {*lexicon.words("en", "reporting_verbs"), *lexicon.words("zh", "reporting_verbs")}
-    if record.get("predicate", "").strip().lower() in reporting and record.get("object"):
+    if record.get("predicate", "").strip().lower() in reporting and _SAID_CLAUSE.match(record.get("object", "")):
         # "Ana | says | I sold my car": what was said is the note, not that it was said.
         del record["predicate"]
         said = re.sub(r"^that\s+", "", persons.discourse_free(record["object"]), flags=re.I)
