@@ -18,6 +18,15 @@ class NoModel:
         return '{"a": []}'
 
 
+def notes_of(said: str, speaker: str = "苏禾", ts: str = "2026-09-16T20:00:00") -> list[str]:
+    """The notes the rules alone take from one turn of `speaker`."""
+    from memdb.extraction.extract import extract
+    from memdb.extraction.records import Turn
+    turn = Turn(id=1, user="u", session="s", role="user", speaker=speaker, content=said, ts=ts)
+    candidates, _ = extract([turn], NoModel(), settings=Settings())
+    return [codec.canonical_text(c.record) for c in candidates]
+
+
 @pytest.mark.parametrize("value, pronouns, expected", [
     ("I donated my old bike to a shelter I volunteer at", SHE, "donated her old bike to a shelter she volunteers at"),
     ("I'm training for a race my brother organises", HE, "is training for a race his brother organises"),
@@ -477,11 +486,7 @@ def test_off_to_go_is_what_the_speaker_is_going_to_do():
     ("I can't stand coriander, please never put it in my food.", ["Wren can't stand coriander"]),  # the request goes
 ])
 def test_what_is_said_to_the_memory_is_noted_without_the_request(said, expected):
-    from memdb.extraction.extract import extract
-    from memdb.extraction.records import Turn
-    turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-06-10T10:00:00")
-    candidates, _ = extract([turn], NoModel(), settings=Settings())
-    assert expected == [codec.canonical_text(c.record) for c in candidates]
+    assert expected == notes_of(said, "Wren")
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -675,11 +680,7 @@ def test_a_promise_to_the_other_speaker_is_the_chats_next_step(record, expected)
     ("周二开会的时候我跟组长提一下。", ["苏禾周二开会的时候跟组长提一下"]),  # the name leads a when-clause
 ])
 def test_chinese_passing_tries_go_and_the_name_leads_a_when_clause(said, expected):
-    from memdb.extraction.extract import extract
-    from memdb.extraction.records import Turn
-    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
-    candidates, _ = extract([turn], NoModel(), settings=Settings())
-    assert expected == [codec.canonical_text(c.record) for c in candidates]
+    assert expected == notes_of(said)
 
 
 @pytest.mark.parametrize("predicate, obj, expected", [
@@ -699,11 +700,7 @@ def test_an_intensifier_where_predicate_and_object_meet_goes_too(predicate, obj,
     ("I can speak three languages.", ["Wren can speak three languages"]),               # an ability stays
 ])
 def test_proposals_and_cheer_with_we_or_im_sure_are_no_note(said, expected):
-    from memdb.extraction.extract import extract
-    from memdb.extraction.records import Turn
-    turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-06-10T10:00:00")
-    candidates, _ = extract([turn], NoModel(), settings=Settings())
-    assert expected == [codec.canonical_text(c.record) for c in candidates]
+    assert expected == notes_of(said, "Wren")
 
 
 @pytest.mark.parametrize("record, expected", [
@@ -736,11 +733,7 @@ def test_we_enjoying_each_others_company_is_a_family_not_a_team():
     ("我对日语一直很感兴趣。", ["苏禾对日语一直很感兴趣"]),
 ])
 def test_chinese_groups_verdicts_and_bare_feelings_are_no_note(said, expected):
-    from memdb.extraction.extract import extract
-    from memdb.extraction.records import Turn
-    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
-    candidates, _ = extract([turn], NoModel(), settings=Settings())
-    assert expected == [codec.canonical_text(c.record) for c in candidates]
+    assert expected == notes_of(said)
 
 
 def test_we_of_an_unnamed_group_doing_things_together_is_no_note_of_one_person():
@@ -782,11 +775,7 @@ def test_a_chinese_word_corrected_in_the_next_breath_is_replaced(value, expected
     ("我真的很喜欢爬山。", ["苏禾很喜欢爬山"]),
 ])
 def test_chinese_emphasis_after_the_speaker_goes(said, expected):
-    from memdb.extraction.extract import extract
-    from memdb.extraction.records import Turn
-    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
-    candidates, _ = extract([turn], NoModel(), settings=Settings())
-    assert expected == [codec.canonical_text(c.record) for c in candidates]
+    assert expected == notes_of(said)
 
 
 @pytest.mark.parametrize("said, expected", [
@@ -795,11 +784,7 @@ def test_chinese_emphasis_after_the_speaker_goes(said, expected):
     ("帮我写个查询，数据量几千万行。", []),                                        # a request for help keeps nothing
 ])
 def test_what_a_chinese_speaker_asks_the_memory_to_keep_is_their_note(said, expected):
-    from memdb.extraction.extract import extract
-    from memdb.extraction.records import Turn
-    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
-    candidates, _ = extract([turn], NoModel(), settings=Settings())
-    assert expected == [codec.canonical_text(c.record) for c in candidates]
+    assert expected == notes_of(said)
 
 
 @pytest.mark.parametrize("said, expected", [
@@ -811,11 +796,7 @@ def test_what_a_chinese_speaker_asks_the_memory_to_keep_is_their_note(said, expe
     ("我的周末排得满满的，时间很不够用啊。", ["苏禾的周末排得满满的，时间很不够用"]),    # the closing particle goes
 ])
 def test_chinese_pointers_after_a_verb_and_closing_particles(said, expected):
-    from memdb.extraction.extract import extract
-    from memdb.extraction.records import Turn
-    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
-    candidates, _ = extract([turn], NoModel(), settings=Settings())
-    assert expected == [codec.canonical_text(c.record) for c in candidates]
+    assert expected == notes_of(said)
 
 
 @pytest.mark.parametrize("said, expected", [
@@ -824,11 +805,7 @@ def test_chinese_pointers_after_a_verb_and_closing_particles(said, expected):
     ("记得提醒我浇花。", ["记得提醒苏禾浇花"]),                            # not after a time: as said
 ])
 def test_a_chinese_reminder_asked_for_is_kept_as_one(said, expected):
-    from memdb.extraction.extract import extract
-    from memdb.extraction.records import Turn
-    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
-    candidates, _ = extract([turn], NoModel(), settings=Settings())
-    assert expected == [codec.canonical_text(c.record) for c in candidates]
+    assert expected == notes_of(said)
 
 
 @pytest.mark.parametrize("said, expected", [
@@ -857,11 +834,7 @@ def test_a_chinese_do_not_said_to_the_listener_before_the_fact_goes(said, expect
     ("我现在很好奇，会说多少种语言。", []),                                    # a question without its mark, a bare feeling
 ])
 def test_chinese_latin_topics_and_unmarked_questions(said, expected):
-    from memdb.extraction.extract import extract
-    from memdb.extraction.records import Turn
-    turn = Turn(id=1, user="u", session="s", role="user", speaker="苏禾", content=said, ts="2026-09-16T20:00:00")
-    candidates, _ = extract([turn], NoModel(), settings=Settings())
-    assert expected == [codec.canonical_text(c.record) for c in candidates]
+    assert expected == notes_of(said)
 
 
 def test_you_know_before_the_speakers_fact_goes():
@@ -887,11 +860,7 @@ def test_the_chats_next_step_and_making_a_difference_are_no_notes(record, expect
      ["Wren's rule: nothing with client data goes to an outside API"]),                                    # "again:" opens it
 ])
 def test_he_for_a_person_the_turn_named_and_a_rule_after_again(said, expected):
-    from memdb.extraction.extract import extract
-    from memdb.extraction.records import Turn
-    turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-06-10T10:00:00")
-    candidates, _ = extract([turn], NoModel(), settings=Settings())
-    assert expected == [codec.canonical_text(c.record) for c in candidates]
+    assert expected == notes_of(said, "Wren")
 
 
 @pytest.mark.parametrize("said, expected", [
@@ -900,8 +869,4 @@ def test_he_for_a_person_the_turn_named_and_a_rule_after_again(said, expected):
      ["Wren fed the starter twice", "Wren's sourdough won 2 ribbons"]),                 # it: the topic named first
 ])
 def test_a_reporting_verb_with_a_thing_and_it_for_the_topic(said, expected):
-    from memdb.extraction.extract import extract
-    from memdb.extraction.records import Turn
-    turn = Turn(id=1, user="u", session="s", role="user", speaker="Wren", content=said, ts="2026-06-10T10:00:00")
-    candidates, _ = extract([turn], NoModel(), settings=Settings())
-    assert expected == [codec.canonical_text(c.record) for c in candidates]
+    assert expected == notes_of(said, "Wren")
