@@ -694,7 +694,9 @@ class KeywordCopies(Held):
         return self._term_ids(list(itertools.chain.from_iterable(per_cell))), np.repeat(np.arange(len(cells)), sizes)
 
     def _term_ids(self, words: list[str]) -> np.ndarray:
-        for word in dict.fromkeys(words).keys() - self.vocabulary.keys():  # per distinct word only
+        # Per distinct word only, each looked up: a difference of key views walks the whole
+        # vocabulary, at every row absorb writes.
+        for word in [w for w in dict.fromkeys(words) if w not in self.vocabulary]:
             self.vocabulary[word] = len(self.vocabulary)
         return np.fromiter(map(self.vocabulary.__getitem__, words), np.int64, len(words))
 
