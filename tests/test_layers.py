@@ -271,8 +271,8 @@ def test_a_batch_re_ranks_the_card_once_for_all_its_atoms_as_an_update_per_atom_
     monkeypatch.setattr(persona, "FULL_RANK_BELOW", 2)  # from 2 ranked atoms on, incremental updates
     monkeypatch.setattr(persona, "ATOMS_PER_UPDATE", 1)  # a full ranking once every ranked atom updated
     writes = []
-    monkeypatch.setattr(layers, "write_card", lambda conn, user, lines, write=layers.write_card: (
-        writes.append(user), write(conn, user, lines))[-1])
+    monkeypatch.setattr(layers, "write_card", lambda conn, user, lines, before=None, write=layers.write_card: (
+        writes.append(user), write(conn, user, lines, before))[-1])
     batch = [("fact", "plays", "chess"), ("event", "ran", "a marathon"), ("preference", "likes", "opera"),
              ("fact", "speaks", "Welsh"), ("fact", "drinks", "green tea")]
     cards, left = {}, {}
@@ -298,6 +298,20 @@ def test_a_batch_re_ranks_the_card_once_for_all_its_atoms_as_an_update_per_atom_
     # Counted down by atoms: one at a time, the first two updates took the 2 left, the third ranked
     # all (5 ranked atoms then: 5 left) and the fourth took one; the batch's one update took 4.
     assert (4, 2 - 4) == (left[False], left[True])
+
+
+def test_a_card_update_rewrites_the_lines_from_the_first_that_changed(mem, turns):
+    a, b, c, d = (put(mem, "ann", "likes", obj, [turns[i]], kind="event")[1]
+                  for i, obj in enumerate(["tea", "chess", "opera", "rowing"]))  # events: no card of their own
+    with connection.write(mem.conn):
+        layers.write_card(mem.conn, "ann", [(a, "a", 3.0), (b, "b", 2.0), (c, "c", 1.0)])
+        before = layers.card_rows(mem.conn, "ann")
+        changes = mem.conn.total_changes()
+        layers.write_card(mem.conn, "ann", list(before), before)
+        assert changes == mem.conn.total_changes()  # the same lines: nothing written
+        layers.write_card(mem.conn, "ann", [before[0], (d, "d", 1.5), before[1]], before)
+        assert [(a, "a", 3.0), (d, "d", 1.5), (b, "b", 2.0)] == layers.card_rows(mem.conn, "ann")
+        assert changes + 2 + 2 == mem.conn.total_changes()  # ranks 2 and 3 deleted, 2 inserted: rank 1 kept
 
 
 def test_a_card_line_said_again_in_more_words_takes_no_second_line(mem, turns):

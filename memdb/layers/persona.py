@@ -44,9 +44,11 @@ def update(conn: apsw.Connection, user: str, settings: Settings, changed: Iterab
     card's atoms are scored again. None (after a forget): rank all of the user's atoms."""
     key = layers.persona_rank_key(user)
     due = _due(conn, key)
+    before = None
     if changed is not None and due.get("left", 0) > 0:
         changed = set(changed)
-        among = {atom_id for atom_id, _ in layers.card(conn, user)} | changed
+        before = layers.card_rows(conn, user)
+        among = {atom_id for atom_id, _, _ in before} | changed
         ranked = _ranked(conn, user, settings, among=among)
         speakers = set(due.get("speakers", ()))
         # Counted by atoms, so a batch's one update (flow.persona_after) brings the next full
@@ -74,7 +76,7 @@ def update(conn: apsw.Connection, user: str, settings: Settings, changed: Iterab
         for term in terms:
             shown.setdefault(term, []).append(len(lines))
         lines.append((atom_id, f"{line} (#{atom_id})", score))
-    layers.write_card(conn, user, lines)
+    layers.write_card(conn, user, lines, before)
 
 
 # Cached: each update reads the card's persona_candidates lines again, most of them unchanged
