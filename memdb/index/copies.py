@@ -304,6 +304,9 @@ class VectorCopies(Held):
         # Inside a write, the rows of (layer, user) written since its copy was last brought up to
         # date, read as they come: (self.transactions then, the copy, those rows).
         self.pending: dict[tuple[str, str], tuple[int, VectorCopy, VectorCopy]] = {}
+        # Inside a write, id of a part -> (the part, its rows, the superseded ids, its active
+        # flags then): _without's, dropped with pending when the transaction ends.
+        self.flags: dict[int, tuple[VectorCopy, int, bytes, np.ndarray]] = {}
         # id of a part -> (the part, what it was ranked for, its batch rows by exact cosine, those)
         self.orders: dict[int, tuple[VectorCopy, tuple, np.ndarray, np.ndarray]] = {}
 
@@ -434,7 +437,7 @@ class VectorCopies(Held):
             self._read_rows(conn, layer, user, since, after=since.last_id if since.n else copy.last_id,
                             held=copy.rows)
             superseded = self._superseded(conn, layer, user)
-            return [(part, part.without(superseded) if layer == "atoms" else None)
+            return [(part, self._without(part, superseded) if layer == "atoms" else None)
                     for part in [*copy.parts(), since]]
         if copy is None or copy.epoch != epoch:
             self.copies.pop(key, None)
@@ -456,12 +459,24 @@ class VectorCopies(Held):
         self.pending[key] = (self.transactions, copy, since)
         return since
 
+    def _without(self, part: VectorCopy, superseded: np.ndarray) -> np.ndarray:
+        """part.without(superseded), kept while neither changes: inside a write each atom is
+        ranked twice (dedup, then scenario placement) and few atoms supersede another, so the
+        flags of a large part, built over all of its rows, are most often the last ones."""
+        key = superseded.tobytes()
+        made = self.flags.get(id(part))
+        if made is None or made[0] is not part or made[1] != part.n or made[2] != key:
+            self.flags[id(part)] = made = (part, part.n, key, part.without(superseded))
+        return made[3]
+
     def _committing(self, conn: apsw.Connection | None) -> bool:
         self.pending.clear()
+        self.flags.clear()
         return super()._committing(conn)
 
     def _rolled_back(self, conn: apsw.Connection | None) -> None:
         self.pending.clear()
+        self.flags.clear()
         super()._rolled_back(conn)
 
     def _load(self, conn: apsw.Connection, layer: str, user: str, epoch: str | None,
