@@ -138,6 +138,14 @@ def main() -> None:
     if flow is not None and "index" in inspect.signature(flow.layers).parameters:
         from memdb.layers.index import ScenarioIndex
         layer_indexes["index"] = ScenarioIndex()
+    # In extraction's batches the persona card is re-ranked once a batch, as Memory does since
+    # flow.persona_after (one at a time: once an atom).
+    deferred = {"card_changed": []} if args.batch and hasattr(flow, "persona_after") else {}
+
+    def flush_card() -> None:
+        flow.persona_after(conn, user, settings, deferred["card_changed"])
+        deferred["card_changed"] = []
+
     copies.sync(conn, "atoms", user)  # the copies loaded before the clock starts, as in a warm process
     if keywords is not None:
         keywords.sync(conn, "atoms", user)
@@ -162,8 +170,10 @@ def main() -> None:
                                          ts=ts, vector=vectors[i], settings=settings, **indexes)
             if flow is not None:
                 flow.layers(conn, user=user, atom_id=decision[1], kind=records[i]["kind"], vector=vectors[i], ts=ts,
-                            settings=settings, cosine_baseline=0.0, copies=copies, **layer_indexes)
+                            settings=settings, cosine_baseline=0.0, copies=copies, **layer_indexes, **deferred)
             decisions.append(decision)
+            if deferred and ((i + 1) % args.batch == 0 or i + 1 == args.atoms):
+                flush_card()
         if args.commit_every:
             conn.execute("commit")
     seconds = time.perf_counter() - t0

@@ -114,12 +114,15 @@ def write(mem: Memory, turns: list[Turn], candidates: list[Candidate], outcomes:
         pending = pipeline.still_pending(mem.conn, turns)
         if mem.settings.layers and mem.scenario_index is not None:  # before the batch writes (its docstring)
             mem.scenario_index.begin(mem.conn, user)
+        card_changed: list[int] = []  # the batch's atoms for the persona card, re-ranked once for all
         for i, candidate in enumerate(candidates):
             if not set(candidate.turn_ids) <= pending:
                 continue
             ts = max(ts_of.get(t, turns[-1].ts) for t in candidate.turn_ids) if candidate.turn_ids else turns[-1].ts
-            action, _ = absorb(mem, candidate, user=user, ts=ts, vector=None if found is None else found[i])
+            action, _ = absorb(mem, candidate, user=user, ts=ts, vector=None if found is None else found[i],
+                               card_changed=card_changed)
             counts[action] = counts.get(action, 0) + 1
+        persona_after(mem.conn, user, mem.settings, card_changed)
         pipeline.settle(mem.conn, turns, outcomes, pending, counts)
     with mem.lock:  # a large user's keyword copy, if sync asked for one, built from now
         mem.keywords.start_builds()
@@ -136,10 +139,11 @@ def embed_atoms(mem: Memory, lines: list[str]) -> np.ndarray | None:
     return found
 
 
-def absorb(mem: Memory, candidate: Candidate, *, user: str, ts: str,
-           vector: np.ndarray | None) -> tuple[str, int | None]:
+def absorb(mem: Memory, candidate: Candidate, *, user: str, ts: str, vector: np.ndarray | None,
+           card_changed: list[int] | None = None) -> tuple[str, int | None]:
     """One extracted candidate into the user's atoms, then into the layers: (action, atom id),
-    or ("withheld", None) for one that must not become an atom. Call inside connection.write()."""
+    or ("withheld", None) for one that must not become an atom. Call inside connection.write().
+    card_changed: see layers."""
     from .lifecycle.absorb import Incoming, absorb as deduplicate
 
     if withheld(mem.conn, candidate):
@@ -155,7 +159,7 @@ def absorb(mem: Memory, candidate: Candidate, *, user: str, ts: str,
                                   multilingual=getattr(mem.embedding.embedder, "multilingual", True))
     layers(mem.conn, user=user, atom_id=atom_id, kind=candidate.record["kind"], vector=vector, ts=ts,
            settings=mem.settings, cosine_baseline=mem.embedding.cosine_baseline(), copies=mem.copies,
-           index=mem.scenario_index)
+           index=mem.scenario_index, card_changed=card_changed)
     return action, atom_id
 
 
@@ -174,17 +178,32 @@ def withheld(conn: apsw.Connection, candidate: Candidate) -> bool:
 
 def layers(conn: apsw.Connection, *, user: str, atom_id: int, kind: str, vector: np.ndarray | None, ts: str,
            settings: Settings, cosine_baseline: float, copies: VectorCopies | None = None,
-           index: ScenarioIndex | None = None) -> None:
+           index: ScenarioIndex | None = None, card_changed: list[int] | None = None) -> None:
     """Keep the user's L2 and L3 current after absorb stored or merged atom_id (settings.layers):
     its scenario placed (through the in-RAM vector copies and scenario index when there are
-    some), and the persona
-    card re-ranked for a fact, preference or constraint. Call inside connection.write()."""
+    some), and the persona card re-ranked for a fact, preference or constraint. card_changed:
+    a batch's list the atom joins instead, for one re-ranking after the batch's last atom
+    (persona_after), in the same transaction. Call inside connection.write()."""
     if not settings.layers:
         return
     scenarios.place(conn, user=user, atom_id=atom_id, vector=vector, ts=ts, settings=settings,
                     cosine_baseline=cosine_baseline, copies=copies, index=index)
-    if kind != "event":  # the card holds facts, preferences and constraints
+    if kind == "event":  # the card holds facts, preferences and constraints
+        return
+    if card_changed is not None:
+        card_changed.append(atom_id)
+    else:
         persona.update(conn, user, settings, changed=[atom_id])
+
+
+def persona_after(conn: apsw.Connection, user: str, settings: Settings, changed: list[int]) -> None:
+    """The persona card re-ranked once for a batch's atoms (layers' card_changed), before its
+    transaction commits: the card's atoms and all of the batch's scored together, where a
+    re-ranking per atom scored each with the card the one before left (so an atom that one
+    pushed off the card and a later supersession made room for again is kept here, as a full
+    ranking keeps it). Call inside connection.write()."""
+    if settings.layers and changed:
+        persona.update(conn, user, settings, changed=changed)
 
 
 def build_layers(mem: Memory, user: str | None) -> dict[str, int]:

@@ -76,8 +76,8 @@ class Settings:
     merge_min_overlap: float = 0.3
     merge_gain: float = 0.5
     dedup_candidates: int = 8
-    # A large user's vector copy finds an atom's dedup_candidates nearest (when it is ranked
-    # alone, not in an extraction batch) among the dedup_rescore x dedup_candidates rows
+    # A large user's vector copy finds an atom's dedup_candidates nearest (ranked alone or in
+    # an extraction batch) among the dedup_rescore x dedup_candidates rows
     # nearest by 1-bit codes (at least 1,024), by their exact cosines; 0: every vector, exactly
     # (one read of every vector per atom: 4-5 ms at 100k atoms, 40 ms at 1M). The decisions
     # against exact ranking: bench/results/write_path.json.

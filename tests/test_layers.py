@@ -264,6 +264,56 @@ def test_a_large_users_card_is_updated_from_the_changed_atoms_and_ranked_fully_w
     assert connection.get_meta(mem.conn, key) is None
 
 
+def test_a_batch_re_ranks_the_card_once_for_all_its_atoms_as_an_update_per_atom_does(tmp_path, embedder,
+                                                                                      monkeypatch):
+    from memdb.layers import persona
+
+    monkeypatch.setattr(persona, "FULL_RANK_BELOW", 2)  # from 2 ranked atoms on, incremental updates
+    monkeypatch.setattr(persona, "ATOMS_PER_UPDATE", 1)  # a full ranking once every ranked atom updated
+    writes = []
+    monkeypatch.setattr(layers, "write_card", lambda conn, user, lines, before=None, write=layers.write_card: (
+        writes.append(user), write(conn, user, lines, before))[-1])
+    batch = [("fact", "plays", "chess"), ("event", "ran", "a marathon"), ("preference", "likes", "opera"),
+             ("fact", "speaks", "Welsh"), ("fact", "drinks", "green tea")]
+    cards, left = {}, {}
+    for batched in (False, True):
+        with memdb.open(tmp_path / f"{batched}.db", embedder=embedder, extract="defer") as mem:
+            turns = mem.add([{"role": "user", "name": "Ann", "content": f"turn {i}"} for i in range(8)], user="ann")
+            put(mem, "ann", "owns", "a kayak", [turns[0]])
+            put(mem, "ann", "lives in", "Cardiff", [turns[1]])  # ranked fully: 2 ranked atoms, 2 updates left
+            writes.clear()
+            changed = [] if batched else None
+            with connection.write(mem.conn):  # as flow.write absorbs an extraction batch
+                for i, (kind, predicate, obj) in enumerate(batch):
+                    flow.absorb(mem, Candidate({"kind": kind, "subject": "Ann", "predicate": predicate, "object": obj},
+                                               0.9, [turns[2 + i]]), user="ann", ts=TS,
+                                vector=mem.embedder.embed([f"Ann {predicate} {obj}"])[0], card_changed=changed)
+                if batched:
+                    flow.persona_after(mem.conn, "ann", mem.settings, changed)
+            cards[batched] = layers.card(mem.conn, "ann")
+            left[batched] = json.loads(connection.get_meta(mem.conn, layers.persona_rank_key("ann")))["left"]
+            assert (1 if batched else 4) == len(writes)  # the card written once for the batch
+    assert 6 == len(cards[True])  # every fact and preference, the event left out
+    assert cards[False] == cards[True]
+    # Counted down by atoms: one at a time, the first two updates took the 2 left, the third ranked
+    # all (5 ranked atoms then: 5 left) and the fourth took one; the batch's one update took 4.
+    assert (4, 2 - 4) == (left[False], left[True])
+
+
+def test_a_card_update_rewrites_the_lines_from_the_first_that_changed(mem, turns):
+    a, b, c, d = (put(mem, "ann", "likes", obj, [turns[i]], kind="event")[1]
+                  for i, obj in enumerate(["tea", "chess", "opera", "rowing"]))  # events: no card of their own
+    with connection.write(mem.conn):
+        layers.write_card(mem.conn, "ann", [(a, "a", 3.0), (b, "b", 2.0), (c, "c", 1.0)])
+        before = layers.card_rows(mem.conn, "ann")
+        changes = mem.conn.total_changes()
+        layers.write_card(mem.conn, "ann", list(before), before)
+        assert changes == mem.conn.total_changes()  # the same lines: nothing written
+        layers.write_card(mem.conn, "ann", [before[0], (d, "d", 1.5), before[1]], before)
+        assert [(a, "a", 3.0), (d, "d", 1.5), (b, "b", 2.0)] == layers.card_rows(mem.conn, "ann")
+        assert changes + 2 + 2 == mem.conn.total_changes()  # ranks 2 and 3 deleted, 2 inserted: rank 1 kept
+
+
 def test_a_card_line_said_again_in_more_words_takes_no_second_line(mem, turns):
     from memdb.db import rows
     from memdb.layers import persona

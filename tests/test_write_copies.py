@@ -118,6 +118,26 @@ def test_inside_a_write_the_copy_follows_the_rows_absorb_writes_and_merges(copie
         assert by_fts5(copied, record) == by_copy(copied, record)
 
 
+def test_a_write_whose_first_atom_fts5_ranks_still_ranks_the_rest_in_the_copy(copied):
+    fill(copied, 60)
+    turns = copied.add([{"content": f"turn {i} about otters", "ts": TS} for i in range(9)], user="u")
+    copied.keywords.sync(copied.conn, "atoms", "u")  # as flow.write does before its transaction
+    engine = Engine(copied.settings, copies=copied.copies, term_counts=copied.term_counts, keywords=copied.keywords)
+    first = {"kind": "fact", "subject": "Mira", "predicate": "met", "object": "O'Neil"}  # FTS5 reads o'neil as a phrase
+    with connection.write(copied.conn):
+        for record, turn in zip([first] + records(8, seed=3), turns):
+            vector = copied.embedding.embed([codec.canonical_text(record)])[0]
+            absorb.absorb(copied.conn, absorb.Incoming(user="u", record=record, confidence=0.8, turn_ids=[turn], ts=TS,
+                                                       vector=vector), engine)
+            for probe in records(4, seed=turn):
+                found = by_copy(copied, probe)
+                assert found is not None and by_fts5(copied, probe) == found  # the copy's, following the writes
+    # Committed: the copy is exact as it stands, without reading the user's rows again.
+    copy = copied.keywords.copies[("atoms", "u")]
+    assert copy is copied.keywords._current(copied.conn, "atoms", "u")
+    assert copy.stamp == (copied.conn.execute("pragma data_version").fetchone()[0], copied.conn.total_changes())
+
+
 def test_a_rolled_back_write_leaves_no_trace_in_the_copies(copied):
     fill(copied, 50)
     [turn] = copied.add([{"content": "walrus", "ts": TS}], user="u")
@@ -206,6 +226,24 @@ def test_an_atom_ranked_alone_is_shortlisted_by_its_codes_unless_dedup_rescore_i
     assert np.allclose([s for _, s in exact], [s for _, s in among], atol=1e-6)
     copies.expect([query])
     assert 8 * 4 == len(copies._batch_rows(part, 8, 0, rescore=0))  # exact: every vector read
+
+
+def test_a_batch_ranked_with_rescore_shortlists_each_vector_as_it_would_be_alone():
+    rng = np.random.default_rng(1)
+    part_rows = 20_000
+    matrix = unit(rng.standard_normal((part_rows, 32)).astype(np.float32))
+    part = VectorCopy(ids=np.arange(1, part_rows + 1), matrix=matrix, n=part_rows)
+    batch = unit(matrix[[5, 500, 5000]] + 0.05 * rng.standard_normal((3, 32)).astype(np.float32))
+    copies = VectorCopies(vector_copy_min=1, vector_copy_mb=64)
+    copies.expect(batch)
+    together = [copies._batch_rows(part, 8, i, rescore=2) for i in range(3)]
+    assert [1024] * 3 == [len(rows) for rows in together]  # shortlists, not one product over every row
+    assert [5, 500, 5000] == [row for rows, row in zip(together, [5, 500, 5000]) if row in rows]
+    for i, vector in enumerate(batch):
+        alone = VectorCopies(vector_copy_min=1, vector_copy_mb=64)
+        alone.expect([vector])
+        assert alone._batch_rows(part, 8, 0, rescore=2).tolist() == together[i].tolist()
+    assert together[1] is copies._batch_rows(part, 9, 1, rescore=2)  # scenario placement's k + 1: the same rows
 
 
 # ---------------------------------------------------------------- the scenario index

@@ -23,9 +23,11 @@ beside it. A mapped base is not counted in vector_copy_mb: its pages are the OS'
 
 Deduplication ranks an extraction batch's atoms one after another; given the batch's vectors
 first (expect), the copy ranks them all in one matrix product and each lookup then scores
-only the few rows that product found (bench/scale.py: same decisions, fewer passes). A vector
-ranked alone inside a write is kept the same way, as a batch of one: scenario placement ranks
-it again right after deduplication (bench/write_path.py).
+only the few rows that product found (bench/scale.py: same decisions, fewer passes), or, with
+rescore (Settings.dedup_rescore) on a part large enough, each vector's shortlist by its 1-bit
+codes, as when it is ranked alone. A vector ranked alone inside a write is kept the same way,
+as a batch of one: scenario placement ranks it again right after deduplication
+(bench/write_path.py).
 """
 
 from __future__ import annotations
@@ -290,8 +292,9 @@ class VectorCopies(Held):
         self.blas_limit = blas_limit
         self.expected: dict[bytes, int] = {}  # vectors expect() was given -> their row in
         self.queries = np.empty((0, 0), np.float32)  # ... these, unit length
-        # id of a part -> (the part, its rows then, each expected vector's nearest rows)
-        self.batches: dict[int, tuple[VectorCopy, int, np.ndarray]] = {}
+        # id of a part -> (the part, its rows then, each expected vector's nearest rows: one
+        # array for all, or {vector's index: its shortlist} for a part ranked with rescore)
+        self.batches: dict[int, tuple[VectorCopy, int, np.ndarray | dict[int, np.ndarray]]] = {}
         # A copy of at least background_rows rows is read by a thread on a connection of its
         # own (opener), vec0 answering meanwhile; ready holds it (None: none was made) until a
         # search adopts it.
@@ -301,6 +304,9 @@ class VectorCopies(Held):
         # Inside a write, the rows of (layer, user) written since its copy was last brought up to
         # date, read as they come: (self.transactions then, the copy, those rows).
         self.pending: dict[tuple[str, str], tuple[int, VectorCopy, VectorCopy]] = {}
+        # Inside a write, id of a part -> (the part, its rows, the superseded ids, its active
+        # flags then): _without's, dropped with pending when the transaction ends.
+        self.flags: dict[int, tuple[VectorCopy, int, bytes, np.ndarray]] = {}
         # id of a part -> (the part, what it was ranked for, its batch rows by exact cosine, those)
         self.orders: dict[int, tuple[VectorCopy, tuple, np.ndarray, np.ndarray]] = {}
 
@@ -308,7 +314,8 @@ class VectorCopies(Held):
         """Vectors about to be ranked one after another (an extraction batch's atoms, each
         deduplicated against what the user holds). The first ranking of one of them ranks them
         all in one matrix product per part of the copy, which reads the part once for the batch
-        instead of once per vector; each vector's answer stays the one ranking it alone gives."""
+        instead of once per vector (with rescore, a large part shortlists each vector by its
+        codes instead); each vector's answer stays the one ranking it alone gives."""
         vectors = [np.asarray(v, np.float32) for v in vectors]  # [] forgets the last batch
         self.expected = {v.tobytes(): i for i, v in enumerate(vectors)}
         self.orders = {}
@@ -362,23 +369,32 @@ class VectorCopies(Held):
 
     def _batch_rows(self, part: VectorCopy, k: int, batched: int | None, rescore: int = 0) -> np.ndarray | None:
         """The rows of part nearest to the expected vector at index batched, from one ranking
-        of every expected vector (made on first use); None to rank the vector alone. A batch
-        of one with rescore keeps the shortlist its 1-bit codes give (VectorCopy.shortlist)
-        instead of reading every vector: a write ranks each vector twice (dedup, then scenario
-        placement), and both then score the same few rows exactly."""
+        of every expected vector (made on first use); None to rank the vector alone. With
+        rescore, a part large enough to be shortlisted keeps each vector's shortlist by 1-bit
+        codes (VectorCopy.shortlist) instead of reading every vector: a write ranks each vector
+        twice (dedup, then scenario placement), and both then score the same few rows exactly."""
         if batched is None or part.n <= k * BATCH_MARGIN:
             return None
+        size = max(rescore * k, MIN_SHORTLIST)
+        if rescore and part.n >= SHORTLIST_SHARE * size:
+            # Each vector's own shortlist, made at its first ranking: a batch's one product
+            # over every vector read the whole part for exact neighbours, several times the
+            # cost of a shortlist per vector (bench/results/write_path.json), and the answer
+            # is then the one the vector ranked alone gets. Kept for scenario placement's k + 1.
+            made = self.batches.get(id(part))
+            if made is None or made[0] is not part or made[1] != part.n or not isinstance(made[2], dict):
+                self.batches[id(part)] = made = (part, part.n, {})
+            rows = made[2].get(batched)
+            if rows is None or len(rows) < k:
+                rows = made[2][batched] = part.shortlist(self.queries[batched], size, None)
+            return rows
         # One ranking serves every k up to the rows it kept (dedup asks for k, scenario
         # placement for k + 1 with the same vector): top_k checks that they hold k active rows.
         made = self.batches.get(id(part))
-        if made is None or made[0] is not part or made[1] != part.n or made[2].shape[1] < k:
-            # new, the part grew since, or too few rows kept
-            size = max(rescore * k, MIN_SHORTLIST)
-            if rescore and len(self.queries) == 1 and part.n >= SHORTLIST_SHARE * size:
-                nearest = part.shortlist(self.queries[0], size, None)[None, :]
-            else:
-                scores = self.queries @ np.asarray(part.matrix[: part.n]).T  # (vectors, rows): each row contiguous
-                nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=1)[:, : k * BATCH_MARGIN]
+        if made is None or made[0] is not part or made[1] != part.n or isinstance(made[2], dict) \
+                or made[2].shape[1] < k:  # new, the part grew since, or too few rows kept
+            scores = self.queries @ np.asarray(part.matrix[: part.n]).T  # (vectors, rows): each row contiguous
+            nearest = np.argpartition(-scores, k * BATCH_MARGIN, axis=1)[:, : k * BATCH_MARGIN]
             self.batches[id(part)] = made = (part, part.n, nearest)
         return made[2][batched]
 
@@ -421,7 +437,7 @@ class VectorCopies(Held):
             self._read_rows(conn, layer, user, since, after=since.last_id if since.n else copy.last_id,
                             held=copy.rows)
             superseded = self._superseded(conn, layer, user)
-            return [(part, part.without(superseded) if layer == "atoms" else None)
+            return [(part, self._without(part, superseded) if layer == "atoms" else None)
                     for part in [*copy.parts(), since]]
         if copy is None or copy.epoch != epoch:
             self.copies.pop(key, None)
@@ -443,12 +459,24 @@ class VectorCopies(Held):
         self.pending[key] = (self.transactions, copy, since)
         return since
 
+    def _without(self, part: VectorCopy, superseded: np.ndarray) -> np.ndarray:
+        """part.without(superseded), kept while neither changes: inside a write each atom is
+        ranked twice (dedup, then scenario placement) and few atoms supersede another, so the
+        flags of a large part, built over all of its rows, are most often the last ones."""
+        key = superseded.tobytes()
+        made = self.flags.get(id(part))
+        if made is None or made[0] is not part or made[1] != part.n or made[2] != key:
+            self.flags[id(part)] = made = (part, part.n, key, part.without(superseded))
+        return made[3]
+
     def _committing(self, conn: apsw.Connection | None) -> bool:
         self.pending.clear()
+        self.flags.clear()
         return super()._committing(conn)
 
     def _rolled_back(self, conn: apsw.Connection | None) -> None:
         self.pending.clear()
+        self.flags.clear()
         super()._rolled_back(conn)
 
     def _load(self, conn: apsw.Connection, layer: str, user: str, epoch: str | None,

@@ -386,15 +386,19 @@ class KeywordCopies(Held):
         Inside a write transaction the copy is used only if it was exact when the transaction
         began; the rows absorb writes then reach it through wrote(), and a rollback takes them
         out again. FTS5's query took 6-9 ms an atom at 100k atoms (bench/results/write_path.json)."""
-        if not self.keyword_copy_bytes or not terms or not fts.sole_user(conn, "atoms", user):
+        if not self.keyword_copy_bytes or not fts.sole_user(conn, "atoms", user):
             return None
         self._load_tokenizer(conn)
+        key = ("atoms", user)
+        # Taken before looking at the terms: inside a write, the copy follows the rows written
+        # only from its first use, and an atom whose terms FTS5 must rank (none left after the
+        # postings budget, a phrase), written first, left the copy behind for the rest of the
+        # transaction and read again in full after it.
+        copy = self._current(conn, *key) if conn.getautocommit() else self._in_transaction(conn, key)
+        if copy is None or not terms:
+            return None
         tokens = self._query_tokens(terms)
         if any(len(t) > 1 for t in tokens):
-            return None
-        key = ("atoms", user)
-        copy = self._current(conn, *key) if conn.getautocommit() else self._in_transaction(conn, key)
-        if copy is None:
             return None
         ids = [self.vocabulary.get(t[0]) for t in tokens if t]
         want = 4 * k
@@ -694,7 +698,9 @@ class KeywordCopies(Held):
         return self._term_ids(list(itertools.chain.from_iterable(per_cell))), np.repeat(np.arange(len(cells)), sizes)
 
     def _term_ids(self, words: list[str]) -> np.ndarray:
-        for word in dict.fromkeys(words).keys() - self.vocabulary.keys():  # per distinct word only
+        # Per distinct word only, each looked up: a difference of key views walks the whole
+        # vocabulary, at every row absorb writes.
+        for word in [w for w in dict.fromkeys(words) if w not in self.vocabulary]:
             self.vocabulary[word] = len(self.vocabulary)
         return np.fromiter(map(self.vocabulary.__getitem__, words), np.int64, len(words))
 

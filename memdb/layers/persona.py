@@ -9,9 +9,10 @@ stores, merges or supersedes a fact, preference or constraint, and after a forge
 
 Ranking all of a user's atoms costs 2-4 us an atom (0.25 s at 100k), too much for every
 absorbed atom. So the card of a user with FULL_RANK_BELOW ranked atoms or more is ranked from
-all of them only once every (ranked atoms / ATOMS_PER_UPDATE) updates, which bounds a full
-ranking's share of each update to ATOMS_PER_UPDATE atoms' worth; the updates in between score
-again only the atoms absorb touched and the card's own lines, at the same time. What the card
+all of them only once every (ranked atoms / ATOMS_PER_UPDATE) atoms updated (an extraction
+batch's are updated together, flow.persona_after), which bounds a full ranking's share of each
+atom's update to ATOMS_PER_UPDATE atoms' worth; the updates in between score again only the
+atoms absorb touched and the card's own lines, at the same time. What the card
 may miss until the next full ranking: an atom that fell below the card's lines and comes back,
 or an older one overtaking newer ones as time passes (bench/results/write_path.json compares
 the card with a full ranking's). A smaller user is ranked fully every time and keeps nothing in
@@ -43,11 +44,16 @@ def update(conn: apsw.Connection, user: str, settings: Settings, changed: Iterab
     card's atoms are scored again. None (after a forget): rank all of the user's atoms."""
     key = layers.persona_rank_key(user)
     due = _due(conn, key)
+    before = None
     if changed is not None and due.get("left", 0) > 0:
-        among = {atom_id for atom_id, _ in layers.card(conn, user)} | set(changed or ())
+        changed = set(changed)
+        before = layers.card_rows(conn, user)
+        among = {atom_id for atom_id, _, _ in before} | changed
         ranked = _ranked(conn, user, settings, among=among)
         speakers = set(due.get("speakers", ()))
-        connection.set_meta(conn, key, json.dumps({**due, "left": due["left"] - 1}))
+        # Counted by atoms, so a batch's one update (flow.persona_after) brings the next full
+        # ranking as near as an update per atom did.
+        connection.set_meta(conn, key, json.dumps({**due, "left": due["left"] - max(1, len(changed))}))
     else:
         ranked = _ranked(conn, user, settings)
         speakers = _speakers(conn, user)
@@ -70,7 +76,7 @@ def update(conn: apsw.Connection, user: str, settings: Settings, changed: Iterab
         for term in terms:
             shown.setdefault(term, []).append(len(lines))
         lines.append((atom_id, f"{line} (#{atom_id})", score))
-    layers.write_card(conn, user, lines)
+    layers.write_card(conn, user, lines, before)
 
 
 # Cached: each update reads the card's persona_candidates lines again, most of them unchanged
@@ -94,7 +100,7 @@ def _speakers(conn: apsw.Connection, user: str) -> set[str]:
 
 
 def _due(conn: apsw.Connection, key: str) -> dict:
-    """{"left": updates before the next full ranking, "speakers": as of the last} or {}."""
+    """{"left": atoms updated before the next full ranking, "speakers": as of the last} or {}."""
     try:
         found = json.loads(connection.get_meta(conn, key) or "{}")
     except ValueError:  # a hand edit: rank fully, which writes it again

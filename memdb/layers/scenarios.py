@@ -96,11 +96,12 @@ def _choose(conn: apsw.Connection, user: str, atom_id: int, vector: np.ndarray |
     if vector is not None:
         vector = unit(vector)
     best, best_score = None, -1.0
+    total = sum(weight.values()) or 1.0  # once, not per scenario: an atom has tens to score
     for sid, centroid, keywords, _ in found:
         shared = terms & keywords
         if not shared and sid not in linked:
             continue
-        words = sum(weight[t] for t in shared) / (sum(weight.values()) or 1.0)
+        words = sum(weight[t] for t in shared) / total
         if sid in near:
             cosine = near[sid]
         elif vector is not None and centroid is not None:

@@ -277,13 +277,30 @@ def _days(ts: str) -> float:
 # ---------------------------------------------------------------- persona card
 
 
-def write_card(conn: apsw.Connection, user: str, lines: list[tuple[int, str, float]]) -> None:
-    """Replace user's persona card with lines (atom id, line, score), best first."""
-    # Rewritten whole: a line that enters the card moves every line below it down one rank,
-    # and updating those rows cost twice the delete and inserts (bench/write_path.py).
-    conn.execute('delete from "persona" where "user" = ?', (user,))
+def write_card(conn: apsw.Connection, user: str, lines: list[tuple[int, str, float]],
+               before: list[tuple[int, str, float]] | None = None) -> None:
+    """Replace user's persona card with lines (atom id, line, score), best first. before: the
+    card's rows as read in this transaction (card_rows), of which the lines above the first
+    that differs are kept."""
+    # Rewritten from the first line that changed: a line that enters the card moves every line
+    # below it down one rank, and updating those rows cost twice the delete and inserts
+    # (bench/write_path.py); most updates of a large card change none or a few at its end.
+    same = 0
+    if before is not None:
+        while same < min(len(lines), len(before)) and tuple(lines[same]) == tuple(before[same]):
+            same += 1
+        if same == len(lines) == len(before):
+            return
+    conn.execute('delete from "persona" where "user" = ? and "rank" > ?', (user, same))
     conn.executemany('insert into "persona" ("user", "rank", "atom_id", "line", "score") values (?, ?, ?, ?, ?)',
-                     [(user, rank, atom_id, line, score) for rank, (atom_id, line, score) in enumerate(lines, 1)])
+                     [(user, rank, atom_id, line, score)
+                      for rank, (atom_id, line, score) in enumerate(lines[same:], same + 1)])
+
+
+def card_rows(conn: apsw.Connection, user: str) -> list[tuple[int, str, float]]:
+    """(atom id, line, score) of user's persona card, best first, as write_card writes them."""
+    return conn.execute('select "atom_id", "line", "score" from "persona" where "user" = ? order by "rank"',
+                        (user,)).fetchall()
 
 
 def card(conn: apsw.Connection, user: str) -> list[tuple[int, str]]:

@@ -119,7 +119,13 @@ def _by_slots(new: dict, old: dict, settings: Settings) -> str | None:
 
 def owner(record: dict) -> str:
     """Whose note it is: the person before "'s" / "的" in its subject ("Ana's trip" → "ana")."""
-    return _norm(persons.owner_and_thing(record.get("subject") or "")[0])
+    return _owner(record.get("subject") or "")
+
+
+# Cached, as _norm: each new note is judged against a dozen held ones, which recur across notes.
+@functools.lru_cache(maxsize=1 << 14)
+def _owner(subject: str) -> str:
+    return _norm(persons.owner_and_thing(subject)[0])
 
 
 def _dateless(record: dict) -> dict:
@@ -419,6 +425,7 @@ def keyword_similarity(a: str, b: str) -> float:
 _FUNCTION_STEMS = frozenset(text.stem(w) for w in text.STOP_WORDS) | {"to", "in", "at", "for", "from", "by", "as"}
 
 
+@functools.lru_cache(maxsize=1 << 14)  # a pure function of a field's value, called for each pair judged
 def _norm(value: str | None) -> str:
     value = (value or "").casefold().strip()
     value = re.sub(r"^(the|a|an)\s+", "", value)
