@@ -863,3 +863,13 @@ def test_he_for_a_person_the_turn_named_and_a_rule_after_again(said, expected):
 ])
 def test_a_reporting_verb_with_a_thing_and_it_for_the_topic(said, expected):
     assert expected == notes_of(said, "Wren")
+
+
+@pytest.mark.parametrize("record, expected", [
+    ({"subject": "Tobias", "predicate": "keeps facing", "object": "new challenges"}, "no concrete fact"),
+    ({"subject": "Tobias", "predicate": "joined", "object": "a new choir"}, None),      # the choir names it
+    ({"subject": "苏禾", "object": "可以是任何地方"}, "no concrete fact"),                # anywhere names nowhere
+])
+def test_new_or_anywhere_name_nothing_by_themselves(record, expected):
+    from memdb.extraction import gate
+    assert expected == gate.judge({**record, "kind": "fact"}, "", {"Tobias", "苏禾"})
