@@ -219,23 +219,30 @@ def _zh_request_or_verdict(clause: str) -> bool:
                 or re.search(rf"(?:{lexicon.alternation('zh', 'verdicts').pattern})$", clause))
 
 
+def _said_plainly_zh(clause: str, speaker: str) -> str:
+    """A Chinese clause of the speaker's as a note says it: without emphasis after the speaker
+    ("我确实打算…" → "我打算…"; zh.toml: intensifiers) or a "you know" before them ("(你)知道我喜欢…"),
+    and a reminder asked for after a time kept as one ("周三晚上8点提醒我" → "周三晚上8点要提醒我";
+    "记得提醒我" stays)."""
+    if not speaker:
+        return clause
+    me = rf"(?:我|{re.escape(speaker)})"
+    clause = re.sub(rf"^({me}(?:也|还)?)(?:{lexicon.alternation('zh', 'intensifiers').pattern})(?=.)", r"\1", clause)
+    clause = re.sub(rf"^你?知道(?={me})", "", clause)
+    remind = re.match(rf"([^，,。]{{0,12}}?)提醒(?={me})", clause)
+    clock = r"[0-9一二三四五六七八九十]{1,3}点(?:半|[0-9]{1,2}分?)?|(?:周|星期|礼拜)[一二三四五六日天]"
+    if remind and persons.adverbial_zh(re.sub(clock, "", remind.group(1))):
+        clause = f"{remind.group(1)}要{clause[len(remind.group(1)):]}"
+    return clause
+
+
 def trim_zh(value: str, speaker: str) -> str:
     """A Chinese note without its small-talk clauses and emoji ("" when nothing else is left)."""
     value = corrected_zh(value)
     kept, pointed = [], False
     parts = _ZH_CLAUSE.findall(value)
     for at, (clause, sep) in enumerate(parts):
-        clause = clause.strip()
-        # "我确实打算…" → "我打算…" (zh.toml: intensifiers)
-        clause = re.sub(rf"^((?:我|{re.escape(speaker)})(?:也|还)?)(?:{lexicon.alternation('zh', 'intensifiers').pattern})(?=.)",
-                        r"\1", clause) if speaker else clause
-        # "周三晚上8点提醒我一下": a reminder asked for, kept as one ("…要提醒苏禾一下")
-        remind = re.match(rf"([^，,。]{{0,12}}?)提醒(?=我|{re.escape(speaker)})", clause) if speaker else None
-        if remind and persons._adverbial_zh(re.sub(r"[0-9一二三四五六七八九十]{1,3}点(?:半|[0-9]{1,2}分?)?|(?:周|星期|礼拜)[一二三四五六日天]",
-                                                    "", remind.group(1))):
-            # only a time (a weekday, a clock time) before it: "记得提醒我" stays
-            clause = f"{remind.group(1)}要{clause[len(remind.group(1)):]}"
-        clause = re.sub(rf"^你?知道(?=我|{re.escape(speaker)})", "", clause) if speaker else clause  # "(你)知道我喜欢…": what I like
+        clause = _said_plainly_zh(clause.strip(), speaker)
         probe = clause.replace(speaker, "我")
         clause = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", clause)
         probe = re.sub(rf"(?:{lexicon.alternation('zh', 'laughter').pattern})+$", "", probe)

@@ -235,7 +235,7 @@ def third_person_zh(value: str, name: str, *, named: bool, pronoun: str = "") ->
             before, after = value[: m.start()], value[m.end():]
             # where a clause's subject stands: its start, after a comma or a joining word
             slot = rf"(?:^|[，,；;]\s*|{lexicon.alternation('zh', 'subject_joints').pattern})$"
-            if word == "我" and (re.search(slot, before) or _adverbial_zh(re.split(r"[，,；;]\s*", before)[-1])):
+            if word == "我" and (re.search(slot, before) or adverbial_zh(re.split(r"[，,；;]\s*", before)[-1])):
                 return ""
             if word in ("我的", "我") and re.match(lexicon.alternation("zh", "relations").pattern, after):
                 return ""
@@ -290,11 +290,12 @@ def _subject_slot_zh(before: str) -> bool:
             len(parts[0]) <= 6 and parts[0].startswith(tuple(lexicon.words("zh", "subject_openers")))
             and not re.match(r"[^是]{0,4}是", parts[0])):  # "今天是周日，我…": the day has its own verb
         return False
-    return _adverbial_zh(parts[-1])
+    return adverbial_zh(parts[-1])
 
 
-def _adverbial_zh(rest: str) -> bool:
-    # Nothing but time words, parts of the day, adverbs of time, when-clauses and joining words (or nothing).
+def adverbial_zh(rest: str) -> bool:
+    """Whether `rest` is nothing but time words, parts of the day, adverbs of time, when-clauses and
+    joining words (or nothing)."""
     adverbial = "|".join(lexicon.alternation("zh", name).pattern for name in ("parts_of_day", "subject_joints", "time_adverbs"))
     while rest:
         times = [p for p, _ in timeparse.find(rest, "2000-01-01") if rest.startswith(p)]
