@@ -873,3 +873,7 @@ def test_a_reporting_verb_with_a_thing_and_it_for_the_topic(said, expected):
 def test_new_or_anywhere_name_nothing_by_themselves(record, expected):
     from memdb.extraction import gate
     assert expected == gate.judge({**record, "kind": "fact"}, "", {"Tobias", "苏禾"})
+
+
+def test_a_latin_name_and_a_written_chinese_date_keep_apart():
+    assert ["Wren 2026年9月23日去杭州出差"] == notes_of("我下周去杭州出差。", "Wren")

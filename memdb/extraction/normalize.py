@@ -165,6 +165,9 @@ def attach_time(record: dict, when: str | None, turn: Turn, sentence: str) -> di
                 written = timeparse.zh_words(phrase, iso) if phrase in turn.content else ""
                 if written != phrase and iso == turn.ts[: len(iso)] and not value.startswith(f"{phrase}是"):
                     written = ""  # but "今天是苏禾的生日" keeps its day: it is the note's subject
+                before = value[: value.find(phrase)]
+                if written[:1].isdigit() and before[-1:].isascii() and before[-1:].isalpha():
+                    written = f" {written}"  # "Wren 2026年6月17日…", not a user name "Wren2026"
                 value = record[part] = value.replace(phrase, written, 1).strip(" ，,")
                 continue
             if len(value) > len(phrase) + 2:
