@@ -261,7 +261,8 @@ def _candidate(atom: dict[str, Any], turn: Turn, names: set[str], listener: str 
         if not trimmed:
             return None, "small talk"
         if extractive and record["subject"] == speaker and trimmed != record["object"] and not clauses.speaker_says_zh(trimmed):
-            if not lexicon.alternation("zh", "remember_requests").search(record["object"].split(trimmed[:4])[0]):
+            asked = lexicon.alternation("zh", "remember_requests")
+            if not (asked.search(record["object"]) and not asked.search(trimmed)):  # the request is what trim_zh cut
                 return None, "not about the speaker"  # "帮我写个查询，数据量几千万行" less its request
             trimmed = f"{speaker}记下：{trimmed}"  # "帮我记一下：周六小满有游泳课": what the speaker asked to keep
         record["object"] = trimmed
